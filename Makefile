@@ -1,0 +1,107 @@
+# stasis: checkpoint and restore of Linux workloads that use NVIDIA GPUs.
+#
+#   make          build (installs missing Debian packages, builds CRIU once)
+#   make check    build and run every test this machine can run
+#   make demo     build and run the built-in demo
+#   make gpu-bundle  one folder with everything a GPU machine needs
+
+BUILD    ?= build
+CC       ?= gcc
+CUDA_INC ?= $(firstword $(wildcard /usr/local/cuda/include /usr/local/cuda-*/include))
+CRIU     := $(BUILD)/criu
+WERROR   ?= -Werror
+
+CFLAGS   ?= -O2 -g
+CFLAGS   += -std=gnu11 -Wall -Wextra $(WERROR) -Wno-unused-parameter -Wno-format-truncation -pthread
+CPPFLAGS += -D_GNU_SOURCE -Isrc/lib -I$(CRIU)/include -I$(CRIU)/include/criu -isystem $(CUDA_INC)
+LDLIBS   += $(CRIU)/lib/libcriu.a -lprotobuf-c -ljson-c -lxxhash -ldl -pthread
+
+LIB_SRC  := $(wildcard src/lib/*.c)
+CLI_SRC  := $(wildcard src/cli/*.c)
+LIB_OBJ  := $(LIB_SRC:src/%.c=$(BUILD)/obj/%.o)
+CLI_OBJ  := $(CLI_SRC:src/%.c=$(BUILD)/obj/%.o)
+STASIS   := $(BUILD)/bin/stasis
+DEPS_OK  := $(BUILD)/.deps-ok
+
+# Sanitized build of the library for the unit tests.
+SAN_FLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+SAN_OBJ   := $(LIB_SRC:src/%.c=$(BUILD)/san/%.o)
+UNIT_SRC  := $(wildcard tests/unit/test-*.c)
+UNIT_BIN  := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
+
+FAKE_CUDA := $(BUILD)/fake/libcuda.so.1
+WORKLOADS := $(BUILD)/bin/fake-cuda-worker
+
+.PHONY: all deps criu check unit e2e demo clean format format-check gpu-bundle bench-cpu
+all: $(STASIS) $(BUILD)/bin/cuda-checkpoint
+
+$(DEPS_OK): scripts/deps.sh
+	@./scripts/deps.sh
+	@mkdir -p $(BUILD) && touch $@
+
+deps: $(DEPS_OK)
+
+# CRIU is built once; its own script skips the work when it is there.
+$(CRIU)/lib/libcriu.a: scripts/build-criu.sh scripts/fetch-criu.sh | $(DEPS_OK)
+	@./scripts/build-criu.sh $(BUILD)/downloads $(BUILD)/criu-build $(CRIU)
+	@touch $@
+
+criu: $(CRIU)/lib/libcriu.a
+
+$(BUILD)/obj/%.o: src/%.c $(CRIU)/lib/libcriu.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -MMD -MP -c -o $@ $<
+
+$(BUILD)/san/%.o: src/%.c $(CRIU)/lib/libcriu.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(SAN_FLAGS) -MMD -MP -c -o $@ $<
+
+$(STASIS): $(LIB_OBJ) $(CLI_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/bin/cuda-checkpoint: $(STASIS)
+	ln -sf stasis $@
+
+$(BUILD)/tests/test-%: tests/unit/test-%.c $(SAN_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(SAN_FLAGS) -o $@ $^ $(LDLIBS) -lcmocka
+
+# The fake driver for CI: same dlopen path, a state machine, fault switches.
+$(FAKE_CUDA): tests/fake-cuda/fake-cuda.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -shared -fPIC -o $@ $<
+
+$(BUILD)/bin/fake-cuda-worker: tests/fake-cuda/fake-cuda-worker.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $<
+
+unit: $(UNIT_BIN) $(FAKE_CUDA)
+	@./tests/unit/run $(UNIT_BIN)
+
+e2e: all $(FAKE_CUDA) $(WORKLOADS)
+	@./tests/e2e/run $(BUILD)
+
+check: all
+	@$(MAKE) --no-print-directory format-check
+	@./tests/run-all $(BUILD)
+
+demo: all
+	$(STASIS) demo
+
+format:
+	clang-format -i src/*/*.c src/*/*.h tests/*/*.c
+
+format-check: | $(DEPS_OK)
+	@clang-format --dry-run --Werror src/*/*.c src/*/*.h tests/*/*.c && echo "format: ok"
+
+gpu-bundle: all
+	@./scripts/gpu-bundle.sh $(BUILD)
+
+bench-cpu: all
+	@./bench/bench-cpu $(BUILD)
+
+clean:
+	rm -rf $(BUILD)/obj $(BUILD)/san $(BUILD)/bin $(BUILD)/tests $(BUILD)/fake
+
+-include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(SAN_OBJ:.o=.d)

@@ -1,0 +1,41 @@
+#!/bin/sh
+# Build CRIU (the criu binary, libcriu and the cuda plugin) from the verified
+# upstream tarball into PREFIX. Does nothing when PREFIX is already complete.
+#
+# usage: build-criu.sh DOWNLOADDIR BUILDDIR PREFIX
+set -eu
+
+VERSION=4.1.1
+downloads=$1
+build=$2
+prefix=$3
+
+if [ -x "$prefix/sbin/criu" ] && [ -f "$prefix/lib/libcriu.a" ] &&
+	[ -f "$prefix/lib/criu/cuda_plugin.so" ]; then
+	exit 0
+fi
+
+here=$(cd "$(dirname "$0")" && pwd)
+"$here/fetch-criu.sh" "$downloads"
+
+src="$build/criu-$VERSION"
+rm -rf "$src"
+mkdir -p "$build"
+tar -xJf "$downloads/criu_$VERSION.orig.tar.xz" -C "$build"
+
+jobs=$(nproc 2>/dev/null || echo 2)
+echo "build-criu: building CRIU $VERSION (criu, libcriu, cuda plugin)"
+# CRIU's own Python helpers must not pick up a foreign interpreter's modules.
+make -s -C "$src" -j"$jobs" PYTHON=/usr/bin/python3 criu lib/c/libcriu.a >"$build/criu-build.log" 2>&1 ||
+	{ tail -n 30 "$build/criu-build.log" >&2; exit 1; }
+# The plugin only builds from the top level (its own folder lacks the config).
+make -s -C "$src" -j"$jobs" PYTHON=/usr/bin/python3 cuda_plugin >>"$build/criu-build.log" 2>&1 ||
+	{ tail -n 30 "$build/criu-build.log" >&2; exit 1; }
+
+mkdir -p "$prefix/sbin" "$prefix/lib/criu" "$prefix/include/criu"
+install -m 755 "$src/criu/criu" "$prefix/sbin/criu"
+install -m 644 "$src/lib/c/libcriu.a" "$prefix/lib/libcriu.a"
+install -m 644 "$src/lib/c/criu.h" "$src/criu/include/version.h" \
+	"$src/images/rpc.pb-c.h" "$prefix/include/criu/"
+install -m 755 "$src/plugins/cuda/cuda_plugin.so" "$prefix/lib/criu/cuda_plugin.so"
+echo "build-criu: installed into $prefix"

@@ -1,0 +1,83 @@
+#!/bin/sh
+# Fetch CRIU's upstream tarball from Debian's trixie source package through a
+# private apt configuration: the machine's own apt sources stay untouched, and
+# the mirror is the one the machine already uses.
+#
+# usage: fetch-criu.sh DESTDIR
+set -eu
+
+VERSION=4.1.1
+TARBALL="criu_${VERSION}.orig.tar.xz"
+dest=$1
+mkdir -p "$dest"
+[ -f "$dest/$TARBALL" ] && exit 0
+
+mirror_from_apt() {
+	# deb822 sources first, then one-line sources; skip the security archive.
+	for f in /etc/apt/sources.list.d/*.sources; do
+		[ -f "$f" ] || continue
+		awk '/^URIs:/ { for (i = 2; i <= NF; i++) print $i }' "$f"
+	done
+	for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
+		[ -f "$f" ] || continue
+		awk '$1 == "deb" { for (i = 2; i <= NF; i++) if ($i ~ /^[a-z+]+:\/\//) { print $i; break } }' "$f"
+	done
+}
+
+mirror=$(mirror_from_apt | grep -v -e security -e '^$' | grep '/debian/*$' | head -n1)
+if [ -z "$mirror" ]; then
+	echo "fetch-criu: no Debian mirror found in the apt configuration" >&2
+	exit 1
+fi
+
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+mkdir -p "$work/lists/partial" "$work/cache/archives/partial"
+keyring=/usr/share/keyrings/debian-archive-keyring.gpg
+echo "deb-src [signed-by=$keyring] $mirror trixie main" >"$work/sources.list"
+
+apt_opts() {
+	echo -o Dir::Etc::SourceList="$work/sources.list" \
+		-o Dir::Etc::SourceParts=/dev/null \
+		-o Dir::State::Lists="$work/lists" \
+		-o Dir::Cache="$work/cache" \
+		-o APT::Sandbox::User=root
+}
+
+apt_private() {
+	apt-get -q \
+		-o Dir::Etc::SourceList="$work/sources.list" \
+		-o Dir::Etc::SourceParts=/dev/null \
+		-o Dir::State::Lists="$work/lists" \
+		-o Dir::Cache="$work/cache" \
+		-o APT::Sandbox::User=root \
+		"$@"
+}
+
+# shellcheck disable=SC2046
+apt_cache() { apt-cache $(apt_opts) "$@"; }
+
+apt_private update >/dev/null
+srcinfo=$(apt_cache showsrc criu 2>/dev/null)
+expected=$(echo "$srcinfo" |
+	awk -v t="$TARBALL" '/^Checksums-Sha256:/ { s = 1; next } /^[^ ]/ { s = 0 } s && $3 == t { print $1; exit }')
+if [ -z "$expected" ]; then
+	echo "fetch-criu: $TARBALL is not listed in trixie's Sources index" >&2
+	exit 1
+fi
+
+# The .dsc and Debian tarball may be gone from the mirror; only the upstream
+# tarball is needed, so a partial download is fine once its hash checks out.
+srcversion=$(echo "$srcinfo" | awk '/^Version:/ { print $2; exit }')
+(cd "$work" && apt_private source --download-only "criu=$srcversion" >/dev/null 2>&1) || true
+if [ ! -f "$work/$TARBALL" ]; then
+	echo "fetch-criu: could not download $TARBALL" >&2
+	exit 1
+fi
+actual=$(sha256sum "$work/$TARBALL" | cut -d' ' -f1)
+if [ "$actual" != "$expected" ]; then
+	echo "fetch-criu: sha256 mismatch for $TARBALL: got $actual, Sources index says $expected" >&2
+	exit 1
+fi
+mv "$work/$TARBALL" "$dest/$TARBALL"
+echo "fetch-criu: $TARBALL verified (sha256 $actual)"

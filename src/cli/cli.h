@@ -1,0 +1,53 @@
+/* SPDX-License-Identifier: MIT */
+/* The command line: one small file per command, each parsing its options
+ * and calling the library. Errors are printed here, once, on one line. */
+#ifndef STASIS_CLI_H
+#define STASIS_CLI_H
+
+#include <stdbool.h>
+#include <sys/types.h>
+
+#include "error.h"
+
+enum {
+	EXIT_OK = 0,
+	EXIT_FAILED = 1, /* the operation failed */
+	EXIT_USAGE = 2,	 /* the command line was wrong */
+};
+
+struct command {
+	const char *name;
+	int (*run)(int argc, char **argv);
+	const char *summary;
+	const char *usage; /* full help text */
+};
+
+extern const struct command commands[];
+
+/* Print "stasis: error: ..." and return the exit code for it. */
+int cli_fail(const char *command, struct stasis_error *err);
+
+/* Print "stasis CMD: what (see 'stasis help CMD')" and return EXIT_USAGE. */
+int cli_usage_error(const char *command, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+/* Parse a PID argument; false when it is not a positive number. */
+bool cli_parse_pid(const char *text, pid_t *pid);
+
+/* Whether progress decoration may go to stderr (a terminal, no --json). */
+bool cli_decorate(bool json);
+
+int cmd_checkpoint(int argc, char **argv);
+int cmd_restore(int argc, char **argv);
+int cmd_inspect(int argc, char **argv);
+int cmd_demo(int argc, char **argv);
+int cmd_check(int argc, char **argv);
+int cmd_ps(int argc, char **argv);
+int cmd_gpu(int argc, char **argv);
+int cmd_cuda_checkpoint(int argc, char **argv);
+int cmd_help(int argc, char **argv);
+
+/* The built-in demo workload, run as "stasis __demo-workload DIR". */
+int demo_workload_main(int argc, char **argv);
+
+#endif

@@ -1,0 +1,109 @@
+/* SPDX-License-Identifier: MIT */
+#include <getopt.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+#include "criu-rpc.h"
+#include "manifest.h"
+#include "util.h"
+
+static void print_processes(const struct manifest *m)
+{
+	char size[32];
+
+	printf("processes    %zu\n", m->nprocs);
+	printf("  %-8s %-8s %-5s %-10s %s\n", "PID", "PPID", "CUDA", "GPU MEM", "COMMAND");
+	for (size_t i = 0; i < m->nprocs; i++) {
+		const struct manifest_process *p = &m->procs[i];
+
+		printf("  %-8d %-8d %-5s %-10s %s\n", (int)p->pid, (int)p->ppid,
+		       p->cuda ? "yes" : "no",
+		       p->cuda ? format_bytes(p->gpu_bytes, size, sizeof(size)) : "-",
+		       p->cmdline && *p->cmdline ? p->cmdline : p->comm);
+	}
+}
+
+static void print_gpus(const struct manifest *m)
+{
+	char size[32];
+
+	if (!m->ngpus)
+		return;
+	printf("gpus         %zu\n", m->ngpus);
+	for (size_t i = 0; i < m->ngpus; i++) {
+		const struct manifest_gpu *g = &m->gpus[i];
+		size_t users = 0;
+
+		for (size_t p = 0; p < m->nprocs; p++)
+			for (size_t j = 0; j < m->procs[p].ngpus; j++)
+				users += m->procs[p].gpus[j] == (int)i;
+		printf("  %d %s %s (%s, %s), used by %zu process%s\n", g->index, g->uuid, g->name,
+		       g->chip, format_bytes(g->memory_total, size, sizeof(size)), users,
+		       users == 1 ? "" : "es");
+	}
+}
+
+static void print_human(const char *dir, const struct manifest *m)
+{
+	char size[32], criu[32];
+	const struct manifest_options *o = &m->options;
+
+	printf("image        %s (format %d)\n", dir, m->format_version);
+	printf("created      %s on %s, kernel %s\n", m->created ? m->created : "?",
+	       m->hostname ? m->hostname : "?", m->kernel ? m->kernel : "?");
+	printf("versions     stasis %s, CRIU %s", m->stasis_version ? m->stasis_version : "?",
+	       criu_version_string(m->criu_version, criu, sizeof(criu)));
+	if (m->cuda_driver_version)
+		printf(", CUDA driver %d.%d", m->cuda_driver_version / 1000,
+		       m->cuda_driver_version % 1000 / 10);
+	if (m->nvidia_driver)
+		printf(", NVIDIA %s", m->nvidia_driver);
+	printf("\noptions      %s%s%s%s\n", o->leave_running ? "leave-running " : "",
+	       o->shell_job ? "shell-job " : "", o->tcp_established ? "tcp-established " : "",
+	       !o->leave_running && !o->shell_job && !o->tcp_established ? "none" : "");
+	print_processes(m);
+	print_gpus(m);
+	printf("size         %s in %zu files\n", format_bytes(m->image_bytes, size, sizeof(size)),
+	       m->nfiles);
+	printf("timings (ms)");
+	for (size_t i = 0; i < m->nphases; i++)
+		printf(" %s %.1f%s", m->phases[i].name, (double)m->phases[i].usec / 1000.0,
+		       i + 1 < m->nphases ? "," : "");
+	printf("\n");
+}
+
+int cmd_inspect(int argc, char **argv)
+{
+	static const struct option options[] = {
+		{ "json", no_argument, NULL, 'j' },
+		{ NULL, 0, NULL, 0 },
+	};
+	_cleanup_error_ struct stasis_error *err = NULL;
+	struct manifest m;
+	bool json = false;
+	int c;
+
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, "", options, NULL)) != -1) {
+		if (c != 'j')
+			return cli_usage_error("inspect", "unknown option '%s'", argv[optind - 1]);
+		json = true;
+	}
+	if (optind != argc - 1)
+		return cli_usage_error("inspect", "expected one image directory");
+	manifest_init(&m);
+	if (manifest_read(argv[optind], &m, &err) < 0) {
+		manifest_free(&m);
+		return cli_fail("inspect", err);
+	}
+	if (json) {
+		_cleanup_free_ char *text = manifest_to_json(&m, true);
+
+		printf("%s\n", text);
+	} else {
+		print_human(argv[optind], &m);
+	}
+	manifest_free(&m);
+	return EXIT_OK;
+}

@@ -1,0 +1,100 @@
+/* SPDX-License-Identifier: MIT */
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+
+#include "cli.h"
+#include "stasis.h"
+#include "util.h"
+
+static pid_t restored_root;
+
+/* While stasis stands in as the workload's parent, signals meant for it
+ * go to the workload. */
+static void forward_signal(int sig)
+{
+	if (restored_root > 0)
+		kill(restored_root, sig);
+}
+
+static int wait_for_workload(pid_t root)
+{
+	struct sigaction sa = { .sa_handler = forward_signal };
+	int status;
+
+	sigemptyset(&sa.sa_mask);
+	restored_root = root;
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGHUP, &sa, NULL);
+	while (waitpid(root, &status, 0) < 0)
+		if (errno != EINTR)
+			return EXIT_FAILED;
+	if (WIFEXITED(status))
+		return WEXITSTATUS(status);
+	return 128 + WTERMSIG(status);
+}
+
+int cmd_restore(int argc, char **argv)
+{
+	static const struct option options[] = {
+		{ "images-dir", required_argument, NULL, 'D' },
+		{ "detach", no_argument, NULL, 'd' },
+		{ "restore-detached", no_argument, NULL, 'd' },
+		{ "gpu-map", required_argument, NULL, 'g' },
+		{ "print-stats", no_argument, NULL, 'P' },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct stasis_restore_options o = { 0 };
+	_cleanup_error_ struct stasis_error *err = NULL;
+	struct manifest m;
+	bool stats = false;
+	pid_t root = 0;
+	int c, r;
+
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, "D:d", options, NULL)) != -1) {
+		switch (c) {
+		case 'D':
+			o.dir = optarg;
+			break;
+		case 'd':
+			o.detach = true;
+			break;
+		case 'g':
+			o.gpu_map = optarg;
+			break;
+		case 'P':
+			stats = true;
+			break;
+		default:
+			return cli_usage_error("restore", "unknown option '%s'", argv[optind - 1]);
+		}
+	}
+	if (optind != argc)
+		return cli_usage_error("restore", "unexpected argument '%s'", argv[optind]);
+	if (!o.dir)
+		return cli_usage_error("restore", "missing -D DIR");
+
+	manifest_init(&m);
+	r = stasis_restore(&o, &m, &root, &err);
+	if (r < 0) {
+		manifest_free(&m);
+		return cli_fail("restore", err);
+	}
+	if (stats) {
+		_cleanup_free_ char *json = stasis_stats_json(&m);
+
+		printf("%s\n", json);
+	}
+	manifest_free(&m);
+	if (o.detach) {
+		printf("%d\n", (int)root);
+		return EXIT_OK;
+	}
+	fflush(stdout);
+	return wait_for_workload(root);
+}

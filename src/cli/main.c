@@ -1,0 +1,183 @@
+/* SPDX-License-Identifier: MIT */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "stasis.h"
+
+const struct command commands[] = {
+	{ "checkpoint", cmd_checkpoint, "checkpoint a process tree into an image directory",
+	  "usage: stasis checkpoint PID -D DIR [options]   (alias: dump)\n"
+	  "\n"
+	  "Checkpoint the process tree rooted at PID, GPU state included, into DIR.\n"
+	  "The tree stops unless --leave-running is given.\n"
+	  "\n"
+	  "  -D, --images-dir DIR  image directory (new or empty)\n"
+	  "  -R, --leave-running   keep the tree running after the checkpoint\n"
+	  "      --shell-job       the tree was started from a shell (shares its session)\n"
+	  "      --tcp-established checkpoint established TCP connections\n"
+	  "  -t, --timeout MS      CUDA lock timeout (default 10000)\n"
+	  "      --print-stats     print phase timings as JSON on stdout\n" },
+	{ "restore", cmd_restore, "restore a process tree from an image directory",
+	  "usage: stasis restore -D DIR [options]\n"
+	  "\n"
+	  "Restore the tree saved in DIR. stasis stays its parent and exits with the\n"
+	  "restored root's status, unless --detach is given.\n"
+	  "\n"
+	  "  -D, --images-dir DIR  image directory\n"
+	  "  -d, --detach          leave the restored tree running; print its PID\n"
+	  "      --gpu-map MAP     OLD=NEW,... GPUs by UUID or index\n"
+	  "      --print-stats     print phase timings as JSON on stdout\n" },
+	{ "inspect", cmd_inspect, "show what an image holds",
+	  "usage: stasis inspect DIR [--json]\n"
+	  "\n"
+	  "Process tree, options, GPUs, sizes, phase timings and versions of an image.\n" },
+	{ "demo", cmd_demo, "checkpoint and restore the built-in sample workload",
+	  "usage: stasis demo [DIR]\n"
+	  "\n"
+	  "Start a small workload (a counter ticking through a pipe between two\n"
+	  "processes, writing to a file), checkpoint it, let it die, restore it and\n"
+	  "show that it carried on where it stopped. DIR defaults to a new folder\n"
+	  "under /tmp.\n" },
+	{ "check", cmd_check, "is this machine ready for GPU checkpoints",
+	  "usage: stasis check [--json]\n"
+	  "\n"
+	  "Driver, CRIU, hardware breakpoints, persistence mode, MIG/MPS, transparent\n"
+	  "huge pages and root, each ok, warning or error with a remedy. Exits 1 on\n"
+	  "any error.\n" },
+	{ "ps", cmd_ps, "list the CUDA processes of this machine",
+	  "usage: stasis ps [--json]\n"
+	  "\n"
+	  "Every CUDA process: PID, command, GPUs, GPU memory, checkpoint state,\n"
+	  "container, and what would block its checkpoint.\n" },
+	{ "gpu", cmd_gpu, "suspend or resume GPU state in place",
+	  "usage: stasis gpu suspend PID... [-t MS] [--json]\n"
+	  "       stasis gpu resume PID... [--gpu-map MAP] [--json]\n"
+	  "\n"
+	  "suspend: lock and checkpoint each process's GPU state into its host\n"
+	  "memory, all in parallel; the GPU is freed and the process waits.\n"
+	  "resume: restore and unlock. On any failure every process touched goes\n"
+	  "back to running.\n" },
+	{ "cuda-checkpoint", cmd_cuda_checkpoint, "NVIDIA cuda-checkpoint compatible interface",
+	  "usage: stasis cuda-checkpoint --help   (or run it as 'cuda-checkpoint')\n" },
+	{ "help", cmd_help, "show help for a command", "usage: stasis help [COMMAND]\n" },
+	{ NULL, NULL, NULL, NULL },
+};
+
+static const struct command *find_command(const char *name)
+{
+	if (strcmp(name, "dump") == 0)
+		name = "checkpoint";
+	for (const struct command *c = commands; c->name; c++)
+		if (strcmp(c->name, name) == 0)
+			return c;
+	return NULL;
+}
+
+int cli_fail(const char *command, struct stasis_error *err)
+{
+	char *line = stasis_error_format(err);
+
+	fprintf(stderr, "stasis %s: error: %s\n", command, line ? line : "unknown error");
+	free(line);
+	return EXIT_FAILED;
+}
+
+int cli_usage_error(const char *command, const char *fmt, ...)
+{
+	va_list ap;
+
+	fprintf(stderr, "stasis %s: ", command);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fprintf(stderr, " (see 'stasis help %s')\n", command);
+	return EXIT_USAGE;
+}
+
+bool cli_parse_pid(const char *text, pid_t *pid)
+{
+	char *end;
+	long v;
+
+	errno = 0;
+	v = strtol(text, &end, 10);
+	if (errno || end == text || *end || v <= 0 || v > 4194304)
+		return false;
+	*pid = (pid_t)v;
+	return true;
+}
+
+bool cli_decorate(bool json)
+{
+	return !json && isatty(STDERR_FILENO);
+}
+
+static void print_overview(FILE *out)
+{
+	fprintf(out, "usage: stasis COMMAND [ARGS]\n\n"
+		     "Checkpoint and restore Linux process trees and containers that use NVIDIA "
+		     "GPUs.\n\ncommands:\n");
+	for (const struct command *c = commands; c->name; c++)
+		fprintf(out, "  %-16s %s\n", c->name, c->summary);
+	fprintf(out, "\nexit status: 0 success, 1 the operation failed, 2 usage error.\n"
+		     "'stasis help COMMAND' tells more; 'stasis --version' the version.\n");
+}
+
+int cmd_help(int argc, char **argv)
+{
+	const struct command *c;
+
+	if (argc < 2) {
+		print_overview(stdout);
+		return EXIT_OK;
+	}
+	c = find_command(argv[1]);
+	if (!c)
+		return cli_usage_error("help", "unknown command '%s'", argv[1]);
+	fputs(c->usage, stdout);
+	return EXIT_OK;
+}
+
+static int print_version(void)
+{
+	printf("stasis %s\nfeatures: criu-rpc cuda-checkpoint-api nvml gpu-remap "
+	       "parallel-gpu rollback\n",
+	       STASIS_VERSION);
+	return EXIT_OK;
+}
+
+int main(int argc, char **argv)
+{
+	const char *self = strrchr(argv[0], '/') ? strrchr(argv[0], '/') + 1 : argv[0];
+	const struct command *c;
+
+	/* Run as "cuda-checkpoint" it is NVIDIA's utility, interface and all. */
+	if (strcmp(self, "cuda-checkpoint") == 0)
+		return cmd_cuda_checkpoint(argc, argv);
+	if (argc < 2) {
+		print_overview(stderr);
+		return EXIT_USAGE;
+	}
+	if (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "version") == 0)
+		return print_version();
+	if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)
+		return cmd_help(1, argv);
+	if (strcmp(argv[1], "__demo-workload") == 0)
+		return demo_workload_main(argc - 1, argv + 1);
+	c = find_command(argv[1]);
+	if (!c) {
+		fprintf(stderr, "stasis: unknown command '%s' (see 'stasis help')\n", argv[1]);
+		return EXIT_USAGE;
+	}
+	if (argc > 2 && (strcmp(argv[2], "--help") == 0 || strcmp(argv[2], "-h") == 0) &&
+	    strcmp(c->name, "cuda-checkpoint") != 0) {
+		fputs(c->usage, stdout);
+		return EXIT_OK;
+	}
+	return c->run(argc - 1, argv + 1);
+}

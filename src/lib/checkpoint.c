@@ -1,0 +1,309 @@
+/* SPDX-License-Identifier: MIT */
+/* stasis checkpoint: preflight -> lock all -> checkpoint all GPU state ->
+ * CRIU dump (the manifest is written while CRIU still holds the tree
+ * frozen) -> with leave_running: restore + unlock all. */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/utsname.h>
+#include <time.h>
+
+#include "criu-rpc.h"
+#include "fault.h"
+#include "gpu.h"
+#include "image.h"
+#include "lock.h"
+#include "nvml.h"
+#include "proc.h"
+#include "stasis.h"
+#include "util.h"
+
+static volatile sig_atomic_t interrupted;
+
+static void on_interrupt(int sig)
+{
+	(void)sig;
+	interrupted = 1;
+}
+
+void stasis_install_interrupt_handlers(void)
+{
+	struct sigaction sa = { .sa_handler = on_interrupt };
+
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+}
+
+bool stasis_interrupted(void)
+{
+	return interrupted;
+}
+
+int stasis_require_root(struct stasis_error **err)
+{
+	if (geteuid() == 0)
+		return 0;
+	stasis_error_set(err, EPERM, STASIS_DOMAIN_USAGE, 0, "stasis must run as root");
+	return stasis_error_hint(err, "run it with sudo");
+}
+
+/* fault names the test switch that simulates a signal at this point. */
+static int check_interrupted(const char *fault, const char *step, struct stasis_error **err)
+{
+	if (fault_at(fault, 0))
+		raise(SIGTERM);
+	if (!interrupted)
+		return 0;
+	return stasis_error_set(err, EINTR, STASIS_DOMAIN_SYSTEM, EINTR,
+				"interrupted by a signal before %s", step);
+}
+
+static void fill_host_facts(struct manifest *m)
+{
+	struct utsname uts;
+	char created[64];
+	time_t now = time(NULL);
+	struct tm tm;
+
+	m->stasis_version = strdup(STASIS_VERSION);
+	gmtime_r(&now, &tm);
+	strftime(created, sizeof(created), "%Y-%m-%dT%H:%M:%SZ", &tm);
+	m->created = strdup(created);
+	if (uname(&uts) == 0) {
+		m->hostname = strdup(uts.nodename);
+		m->kernel = strdup(uts.release);
+	}
+}
+
+static int preflight_tree(const struct stasis_checkpoint_options *o, struct stasis_error **err)
+{
+	if (o->pid <= 0 || !proc_state(o->pid)) {
+		stasis_error_set(err, ESRCH, STASIS_DOMAIN_USAGE, 0, "no process with PID %d",
+				 (int)o->pid);
+		return stasis_error_hint(err, "check the PID with ps");
+	}
+	if (proc_is_self_or_ancestor(o->pid)) {
+		stasis_error_set(err, EINVAL, STASIS_DOMAIN_USAGE, 0,
+				 "PID %d is stasis itself or one of its parents", (int)o->pid);
+		return stasis_error_hint(err, "checkpoint a process that stasis did not start from");
+	}
+	if (!o->shell_job && getsid(o->pid) != o->pid) {
+		stasis_error_set(err, EINVAL, STASIS_DOMAIN_USAGE, 0,
+				 "PID %d is not a session leader (its session is %d)", (int)o->pid,
+				 (int)getsid(o->pid));
+		return stasis_error_hint(err, "start it with setsid, or pass --shell-job");
+	}
+	return 0;
+}
+
+/* What the post-dump notification needs: CRIU calls back without a
+ * user pointer, and one stasis run does one checkpoint. */
+static struct {
+	const char *dir;
+	struct manifest *m;
+	struct stasis_error **err;
+	uint64_t dump_start;
+	int result;
+} post_dump;
+
+/* The tree is still frozen here. Only once the image is durable may CRIU
+ * kill it; a non-zero answer makes CRIU resume the tree instead. */
+static int on_criu_notify(const char *action)
+{
+	uint64_t start;
+
+	if (strcmp(action, "post-dump") != 0)
+		return 0;
+	manifest_add_phase(post_dump.m, "criu_dump", now_usec() - post_dump.dump_start);
+	start = now_usec();
+	post_dump.result = check_interrupted("sigterm-before-manifest", "writing the manifest", post_dump.err);
+	if (post_dump.result == 0)
+		post_dump.result = image_checksum(post_dump.dir, post_dump.m, post_dump.err);
+	manifest_add_phase(post_dump.m, "checksum", now_usec() - start);
+	if (post_dump.result == 0 && fault_at("manifest", 0))
+		post_dump.result = stasis_error_set(post_dump.err, ENOSPC, STASIS_DOMAIN_SYSTEM,
+						    ENOSPC, "writing the manifest: injected fault");
+	if (post_dump.result == 0)
+		post_dump.result = manifest_write(post_dump.dir, post_dump.m, post_dump.err);
+	return post_dump.result < 0 ? 1 : 0;
+}
+
+static int dump_tree(const struct stasis_checkpoint_options *o, struct manifest *m,
+		     struct stasis_error **err)
+{
+	char images[4096];
+	struct criu_dump_request req = {
+		.pid = o->pid,
+		.images_dir = images,
+		.log_file = "dump.log",
+		.leave_running = o->leave_running,
+		.shell_job = o->shell_job,
+		.tcp_established = o->tcp_established,
+		.notify = on_criu_notify,
+	};
+	int r;
+
+	snprintf(images, sizeof(images), "%s/%s", o->dir, IMAGE_CRIU_SUBDIR);
+	post_dump.dir = o->dir;
+	post_dump.m = m;
+	post_dump.err = err;
+	post_dump.result = 0;
+	post_dump.dump_start = now_usec();
+	if (fault_at("criu-dump", 0))
+		return stasis_error_set(err, EIO, STASIS_DOMAIN_CRIU, 0,
+					"criu dump failed: injected fault");
+	r = criu_run_dump(&req, err);
+	if (post_dump.result < 0) {
+		/* CRIU reports the refused notification; the cause is ours. */
+		return post_dump.result;
+	}
+	return r;
+}
+
+static int describe_gpus(struct gpu_batch *batch, struct manifest *m)
+{
+	for (size_t i = 0; i < batch->n; i++) {
+		for (size_t j = 0; j < m->nprocs; j++) {
+			if (m->procs[j].pid != batch->procs[i].pid)
+				continue;
+			m->procs[j].cuda = true;
+		}
+	}
+	nvml_describe_processes(m);
+	return 0;
+}
+
+static void record_gpu_timings(const struct gpu_batch *batch, struct manifest *m)
+{
+	for (size_t i = 0; i < batch->n; i++)
+		for (size_t j = 0; j < m->nprocs; j++)
+			if (m->procs[j].pid == batch->procs[i].pid) {
+				m->procs[j].lock_us = batch->procs[i].lock_us;
+				m->procs[j].checkpoint_us = batch->procs[i].checkpoint_us;
+			}
+}
+
+/* Which processes of the tree use CUDA; none when there is no driver. */
+static int find_cuda_processes(struct manifest *m, struct gpu_batch *batch,
+			       struct stasis_error **err)
+{
+	_cleanup_free_ pid_t *pids = calloc(m->nprocs ? m->nprocs : 1, sizeof(*pids));
+	int r;
+
+	if (!pids)
+		return stasis_error_errno(err, ENOMEM, "out of memory");
+	if (!cuda_available())
+		return 0;
+	for (size_t i = 0; i < m->nprocs; i++)
+		pids[i] = m->procs[i].pid;
+	r = gpu_find_cuda(pids, m->nprocs, batch, err);
+	if (r < 0)
+		return r;
+	m->cuda_driver_version = batch->n ? cuda_driver_version() : 0;
+	return gpu_preflight_running(batch, err);
+}
+
+static int suspend_gpus(struct gpu_batch *batch, struct manifest *m, struct stasis_error **err)
+{
+	uint64_t start = now_usec();
+	int r = gpu_lock_all(batch, err);
+
+	manifest_add_phase(m, "cuda_lock", now_usec() - start);
+	if (r == 0)
+		r = check_interrupted("sigterm-before-gpu-checkpoint", "the GPU checkpoint", err);
+	start = now_usec();
+	if (r == 0)
+		r = gpu_checkpoint_all(batch, err);
+	manifest_add_phase(m, "cuda_checkpoint", now_usec() - start);
+	record_gpu_timings(batch, m);
+	return r;
+}
+
+static int resume_gpus(struct gpu_batch *batch, struct manifest *m, struct stasis_error **err)
+{
+	uint64_t start = now_usec();
+	int r = gpu_restore_all(batch, err);
+
+	manifest_add_phase(m, "cuda_restore", now_usec() - start);
+	start = now_usec();
+	if (r == 0)
+		r = gpu_unlock_all(batch, err);
+	manifest_add_phase(m, "cuda_unlock", now_usec() - start);
+	return r;
+}
+
+static int checkpoint_locked(const struct stasis_checkpoint_options *o, struct manifest *m,
+			     struct gpu_batch *batch, struct stasis_error **err)
+{
+	uint64_t start = now_usec();
+	int r;
+
+	r = criu_version(err);
+	if (r < 0)
+		return r;
+	m->criu_version = r;
+	r = image_prepare(o->dir, err);
+	if (r < 0)
+		return r;
+	fill_host_facts(m);
+	m->options.leave_running = o->leave_running;
+	m->options.shell_job = o->shell_job;
+	m->options.tcp_established = o->tcp_established;
+	r = proc_tree_describe(o->pid, m, err);
+	if (r == 0)
+		r = find_cuda_processes(m, batch, err);
+	if (r == 0)
+		r = describe_gpus(batch, m);
+	manifest_add_phase(m, "preflight", now_usec() - start);
+	if (r < 0)
+		return r;
+
+	/* From here on the workload changes: every failure rolls back. */
+	r = suspend_gpus(batch, m, err);
+	if (r == 0)
+		r = check_interrupted("sigterm-before-dump", "the CRIU dump", err);
+	if (r == 0)
+		r = dump_tree(o, m, err);
+	if (r < 0) {
+		gpu_rollback(batch, err);
+		return r;
+	}
+	if (o->leave_running) {
+		r = resume_gpus(batch, m, err);
+		if (r < 0) {
+			gpu_rollback(batch, err);
+			return stasis_error_wrap(err, "image written, but resuming the GPU work failed");
+		}
+	}
+	return 0;
+}
+
+int stasis_checkpoint(const struct stasis_checkpoint_options *o, struct manifest *m,
+		      struct stasis_error **err)
+{
+	struct gpu_batch batch = { .lock_timeout_ms = o->lock_timeout_ms };
+	uint64_t start = now_usec();
+	int lock_fd, r;
+
+	if (!batch.lock_timeout_ms)
+		batch.lock_timeout_ms = GPU_DEFAULT_LOCK_TIMEOUT_MS;
+	r = stasis_require_root(err);
+	if (r == 0)
+		r = preflight_tree(o, err);
+	if (r < 0)
+		return r;
+	lock_fd = pid_lock(o->pid, err);
+	if (lock_fd < 0)
+		return lock_fd;
+	r = checkpoint_locked(o, m, &batch, err);
+	gpu_batch_free(&batch);
+	pid_unlock(lock_fd);
+	if (r < 0)
+		return stasis_error_wrap(err, "checkpoint of PID %d", (int)o->pid);
+	manifest_add_phase(m, "total", now_usec() - start);
+	/* Rewrite the manifest so it carries the final timings too. */
+	return manifest_write(o->dir, m, err);
+}

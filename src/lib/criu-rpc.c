@@ -1,0 +1,261 @@
+/* SPDX-License-Identifier: MIT */
+#include "criu-rpc.h"
+
+#include <criu/criu.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "breakpoints.h"
+#include "lock.h"
+#include "util.h"
+
+#define CRIU_LOG_LEVEL 4
+
+static char criu_path[PATH_MAX];
+
+static bool executable(const char *path)
+{
+	struct stat st;
+
+	return stat(path, &st) == 0 && S_ISREG(st.st_mode) && access(path, X_OK) == 0;
+}
+
+static bool find_in_path(const char *name, char *out, size_t len)
+{
+	const char *path = getenv("PATH");
+	_cleanup_free_ char *copy = strdup(path ? path : "/usr/sbin:/usr/bin:/sbin:/bin");
+	char *save = NULL;
+
+	for (char *dir = strtok_r(copy, ":", &save); dir; dir = strtok_r(NULL, ":", &save)) {
+		snprintf(out, len, "%s/%s", dir, name);
+		if (executable(out))
+			return true;
+	}
+	return false;
+}
+
+const char *criu_binary(void)
+{
+	const char *env = getenv("STASIS_CRIU");
+	char self[PATH_MAX];
+	ssize_t n;
+
+	if (criu_path[0])
+		return criu_path;
+	if (env && *env) {
+		snprintf(criu_path, sizeof(criu_path), "%s", env);
+		return criu_path;
+	}
+	/* The CRIU built with stasis sits at ../criu/sbin/criu from bin/stasis. */
+	n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	if (n > 0) {
+		char *slash;
+
+		self[n] = '\0';
+		slash = strrchr(self, '/');
+		if (slash) {
+			*slash = '\0';
+			snprintf(criu_path, sizeof(criu_path), "%s/../criu/sbin/criu", self);
+			if (executable(criu_path))
+				return criu_path;
+		}
+	}
+	if (find_in_path("criu", criu_path, sizeof(criu_path)))
+		return criu_path;
+	snprintf(criu_path, sizeof(criu_path), "criu");
+	return criu_path;
+}
+
+const char *criu_version_string(int version, char *buf, size_t len)
+{
+	snprintf(buf, len, "%d.%d.%d", version / 10000, version / 100 % 100, version % 100);
+	return buf;
+}
+
+/* CRIU loads every plugin in its libdir. stasis does the GPU steps itself,
+ * so CRIU gets an empty one unless the user chose a libdir. */
+static void configure_environment(void)
+{
+	char dir[4096];
+
+	hw_breakpoints_configure_criu();
+	if (getenv("CRIU_LIBS_DIR"))
+		return;
+	snprintf(dir, sizeof(dir), "%s/criu-no-plugins", stasis_run_dir());
+	if (mkdir_p(dir) == 0)
+		setenv("CRIU_LIBS_DIR", dir, 1);
+}
+
+static int new_opts(criu_opts **opts, struct stasis_error **err)
+{
+	const char *bin = criu_binary();
+
+	if (!executable(bin)) {
+		stasis_error_set(err, ENOENT, STASIS_DOMAIN_CRIU, 0, "CRIU not found (%s)", bin);
+		return stasis_error_hint(err, "build it with 'make' or set STASIS_CRIU to a criu 4.x binary");
+	}
+	configure_environment();
+	if (criu_local_init_opts(opts) < 0)
+		return stasis_error_errno(err, ENOMEM, "initialising libcriu");
+	if (criu_local_set_service_binary(*opts, bin) < 0) {
+		criu_local_free_opts(*opts);
+		return stasis_error_errno(err, ENOMEM, "initialising libcriu");
+	}
+	return 0;
+}
+
+int criu_version(struct stasis_error **err)
+{
+	criu_opts *opts = NULL;
+	char have[32], need[32];
+	int version, r;
+
+	r = new_opts(&opts, err);
+	if (r < 0)
+		return r;
+	version = criu_local_get_version(opts);
+	criu_local_free_opts(opts);
+	if (version < 0)
+		return stasis_error_set(err, EIO, STASIS_DOMAIN_CRIU, version,
+					"could not ask %s for its version", criu_binary());
+	if (version < CRIU_MIN_VERSION) {
+		stasis_error_set(err, ENOTSUP, STASIS_DOMAIN_CRIU, version,
+				 "CRIU %s at %s is too old; stasis needs %s or newer",
+				 criu_version_string(version, have, sizeof(have)), criu_binary(),
+				 criu_version_string(CRIU_MIN_VERSION, need, sizeof(need)));
+		return stasis_error_hint(err, "build CRIU 4.x with 'make'");
+	}
+	return version;
+}
+
+char *criu_log_errors(const char *log_path, int max_lines)
+{
+	_cleanup_free_ char *log = read_file_str(log_path, NULL);
+	const char *lines[16];
+	int n = 0;
+	char *out = NULL;
+	size_t len = 0;
+	FILE *f;
+
+	if (!log)
+		return NULL;
+	if (max_lines > (int)ARRAY_SIZE(lines))
+		max_lines = ARRAY_SIZE(lines);
+	for (char *line = strtok(log, "\n"); line; line = strtok(NULL, "\n")) {
+		if (!strstr(line, "Error") && !strstr(line, "error"))
+			continue;
+		if (n == max_lines) {
+			memmove(lines, lines + 1, sizeof(lines[0]) * (size_t)(n - 1));
+			n--;
+		}
+		lines[n++] = line;
+	}
+	f = open_memstream(&out, &len);
+	if (!f)
+		return NULL;
+	for (int i = 0; i < n; i++) {
+		/* Drop CRIU's "(00.123456) " timestamp prefix. */
+		const char *text = lines[i];
+
+		if (text[0] == '(' && strchr(text, ')'))
+			text = strchr(text, ')') + 1;
+		while (*text == ' ')
+			text++;
+		fprintf(f, "%s%s", i ? " | " : "", text);
+	}
+	fclose(f);
+	return out;
+}
+
+static int criu_failure(struct stasis_error **err, const char *what, int ret, const char *dir,
+			const char *log_file)
+{
+	char log_path[4096];
+	_cleanup_free_ char *lines = NULL;
+
+	snprintf(log_path, sizeof(log_path), "%s/%s", dir, log_file);
+	lines = criu_log_errors(log_path, 3);
+	stasis_error_set(err, EIO, STASIS_DOMAIN_CRIU, ret, "criu %s failed: %s", what,
+			 lines && *lines ? lines : "no error lines in its log");
+	return stasis_error_hint(err, "full log: %s", log_path);
+}
+
+static criu_notify_fn current_notify;
+
+static int notify_trampoline(char *action, criu_notify_arg_t arg)
+{
+	(void)arg;
+	return current_notify ? current_notify(action) : 0;
+}
+
+int criu_run_dump(const struct criu_dump_request *req, struct stasis_error **err)
+{
+	_cleanup_close_ int dirfd = open(req->images_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	criu_opts *opts = NULL;
+	int r;
+
+	if (dirfd < 0)
+		return stasis_error_errno(err, errno, "opening %s: %s", req->images_dir,
+					  strerror(errno));
+	r = new_opts(&opts, err);
+	if (r < 0)
+		return r;
+	criu_local_set_pid(opts, req->pid);
+	criu_local_set_images_dir_fd(opts, dirfd);
+	criu_local_set_log_file(opts, req->log_file);
+	criu_local_set_log_level(opts, CRIU_LOG_LEVEL);
+	criu_local_set_leave_running(opts, req->leave_running);
+	criu_local_set_shell_job(opts, req->shell_job);
+	criu_local_set_tcp_established(opts, req->tcp_established);
+	criu_local_set_file_locks(opts, true);
+	for (size_t i = 0; i < req->nexternals; i++)
+		criu_local_add_external(opts, req->externals[i]);
+	current_notify = req->notify;
+	if (req->notify)
+		criu_local_set_notify_cb(opts, notify_trampoline);
+	r = criu_local_dump(opts);
+	current_notify = NULL;
+	criu_local_free_opts(opts);
+	if (r < 0)
+		return criu_failure(err, "dump", r, req->images_dir, req->log_file);
+	return 0;
+}
+
+int criu_run_restore(const struct criu_restore_request *req, pid_t *root_out,
+		 struct stasis_error **err)
+{
+	_cleanup_close_ int dirfd = open(req->images_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	_cleanup_close_ int workfd = open(req->work_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	criu_opts *opts = NULL;
+	int r;
+
+	if (dirfd < 0 || workfd < 0)
+		return stasis_error_errno(err, errno, "opening %s: %s",
+					  dirfd < 0 ? req->images_dir : req->work_dir,
+					  strerror(errno));
+	r = new_opts(&opts, err);
+	if (r < 0)
+		return r;
+	criu_local_set_images_dir_fd(opts, dirfd);
+	criu_local_set_work_dir_fd(opts, workfd);
+	criu_local_set_log_file(opts, req->log_file);
+	criu_local_set_log_level(opts, CRIU_LOG_LEVEL);
+	criu_local_set_shell_job(opts, req->shell_job);
+	criu_local_set_tcp_established(opts, req->tcp_established);
+	criu_local_set_file_locks(opts, true);
+	for (size_t i = 0; i < req->ninherit; i++)
+		criu_local_add_inherit_fd(opts, req->inherit_fds[i], req->inherit_keys[i]);
+	/* restore_child makes the restored root our child; plain restore leaves
+	 * it to the init process (detached). */
+	r = req->detach ? criu_local_restore(opts) : criu_local_restore_child(opts);
+	criu_local_free_opts(opts);
+	if (r < 0)
+		return criu_failure(err, "restore", r, req->work_dir, req->log_file);
+	*root_out = r;
+	return 0;
+}

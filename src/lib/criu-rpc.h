@@ -1,0 +1,60 @@
+/* SPDX-License-Identifier: MIT */
+/* CRIU, driven through its RPC interface (libcriu starts `criu swrk`). The
+ * only file that knows about libcriu. */
+#ifndef STASIS_CRIU_H
+#define STASIS_CRIU_H
+
+#include <stdbool.h>
+#include <sys/types.h>
+
+#include "error.h"
+
+#define CRIU_MIN_VERSION 40000
+
+/* Called for CRIU's notifications ("post-dump", ...); non-zero fails the
+ * operation and CRIU resumes the tree. */
+typedef int (*criu_notify_fn)(const char *action);
+
+struct criu_dump_request {
+	pid_t pid;
+	const char *images_dir;
+	const char *log_file; /* written into images_dir */
+	bool leave_running;
+	bool shell_job;
+	bool tcp_established;
+	const char *const *externals; /* CRIU --external keys */
+	size_t nexternals;
+	criu_notify_fn notify;
+};
+
+struct criu_restore_request {
+	const char *images_dir;
+	const char *work_dir; /* where the log goes */
+	const char *log_file;
+	bool detach;	      /* restored tree is not our child */
+	bool shell_job;
+	bool tcp_established;
+	const char *const *inherit_keys; /* CRIU --inherit-fd: key and our fd */
+	const int *inherit_fds;
+	size_t ninherit;
+};
+
+/* Path of the criu binary stasis uses: $STASIS_CRIU, next to stasis, PATH. */
+const char *criu_binary(void);
+
+/* 40101 for 4.1.1; checks presence and minimum version. */
+int criu_version(struct stasis_error **err);
+
+/* "4.1.1" for 40101 into buf. */
+const char *criu_version_string(int version, char *buf, size_t len);
+
+int criu_run_dump(const struct criu_dump_request *req, struct stasis_error **err);
+
+/* Returns the PID of the restored root through root_out. */
+int criu_run_restore(const struct criu_restore_request *req, pid_t *root_out,
+		 struct stasis_error **err);
+
+/* The last error lines of a CRIU log, joined with " | "; caller frees. */
+char *criu_log_errors(const char *log_path, int max_lines);
+
+#endif

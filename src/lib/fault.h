@@ -1,0 +1,14 @@
+/* SPDX-License-Identifier: MIT */
+/* Test-only fault injection, like CRIU's CRIU_FAULT: STASIS_FAULT names the
+ * steps that must fail, as "step" or "step:PID", comma-separated. Steps:
+ * lock, checkpoint, criu-dump, manifest, criu-restore, restore, unlock,
+ * and "signal-after-checkpoint" (raise SIGTERM mid-way). */
+#ifndef STASIS_FAULT_H
+#define STASIS_FAULT_H
+
+#include <stdbool.h>
+#include <sys/types.h>
+
+bool fault_at(const char *step, pid_t pid);
+
+#endif

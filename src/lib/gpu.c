@@ -1,0 +1,294 @@
+/* SPDX-License-Identifier: MIT */
+#include "gpu.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fault.h"
+#include "util.h"
+
+/* Right after a process initialises CUDA the driver may answer a lock with
+ * an illegal-state error for a moment; such a lock is retried. */
+#define LOCK_RETRY_DELAY_US 20000
+#define LOCK_RETRIES 50
+
+int gpu_batch_add(struct gpu_batch *batch, pid_t pid)
+{
+	struct gpu_process *bigger = realloc(batch->procs, (batch->n + 1) * sizeof(*bigger));
+
+	if (!bigger)
+		return -ENOMEM;
+	batch->procs = bigger;
+	memset(&bigger[batch->n], 0, sizeof(*bigger));
+	bigger[batch->n].pid = pid;
+	bigger[batch->n].state = CUDA_PROCESS_RUNNING;
+	batch->n++;
+	return 0;
+}
+
+void gpu_batch_free(struct gpu_batch *batch)
+{
+	free(batch->procs);
+	batch->procs = NULL;
+	batch->n = 0;
+}
+
+int gpu_find_cuda(const pid_t *pids, size_t n, struct gpu_batch *batch,
+		  struct stasis_error **err)
+{
+	int r = cuda_load(err);
+
+	if (r < 0)
+		return r;
+	for (size_t i = 0; i < n; i++) {
+		enum cuda_process_state state;
+		size_t before = batch->n;
+
+		/* The driver knows only processes with a CUDA context. */
+		if (cuda_get_state(pids[i], &state) != CUDA_RES_SUCCESS)
+			continue;
+		if (gpu_batch_add(batch, pids[i]) < 0)
+			return stasis_error_errno(err, ENOMEM, "out of memory");
+		batch->procs[before].state = state;
+	}
+	return 0;
+}
+
+int gpu_preflight_running(const struct gpu_batch *batch, struct stasis_error **err)
+{
+	for (size_t i = 0; i < batch->n; i++) {
+		const struct gpu_process *p = &batch->procs[i];
+
+		if (p->state == CUDA_PROCESS_RUNNING)
+			continue;
+		stasis_error_set(err, EBUSY, STASIS_DOMAIN_CUDA, 0,
+				 "PID %d is already %s by someone else", (int)p->pid,
+				 cuda_state_name(p->state));
+		return stasis_error_hint(err, "resume it first (stasis gpu resume %d)", (int)p->pid);
+	}
+	return 0;
+}
+
+/* ---- one step, one thread per process ---- */
+
+enum gpu_step { STEP_LOCK, STEP_CHECKPOINT, STEP_RESTORE, STEP_UNLOCK };
+
+static const char *const step_names[] = {
+	[STEP_LOCK] = "lock",
+	[STEP_CHECKPOINT] = "checkpoint",
+	[STEP_RESTORE] = "restore",
+	[STEP_UNLOCK] = "unlock",
+};
+
+struct step_arg {
+	struct gpu_batch *batch;
+	struct gpu_process *proc;
+	enum gpu_step step;
+};
+
+static cuda_result do_lock(const struct gpu_batch *batch, pid_t pid)
+{
+	cuda_result r = CUDA_RES_SUCCESS;
+
+	for (int attempt = 0; attempt <= LOCK_RETRIES; attempt++) {
+		r = cuda_lock(pid, batch->lock_timeout_ms);
+		if (r != CUDA_RES_ILLEGAL_STATE && r != CUDA_RES_NOT_INITIALIZED)
+			return r;
+		usleep(LOCK_RETRY_DELAY_US);
+	}
+	return r;
+}
+
+static cuda_result run_step(struct gpu_batch *batch, struct gpu_process *p, enum gpu_step step,
+			    uint64_t **timing)
+{
+	if (fault_at(step_names[step], p->pid))
+		return CUDA_RES_NOT_READY; /* an injected, recognisable failure */
+	switch (step) {
+	case STEP_LOCK:
+		*timing = &p->lock_us;
+		return do_lock(batch, p->pid);
+	case STEP_CHECKPOINT:
+		*timing = &p->checkpoint_us;
+		return cuda_checkpoint(p->pid);
+	case STEP_RESTORE:
+		*timing = &p->restore_us;
+		return cuda_restore(p->pid, batch->pairs, batch->npairs);
+	case STEP_UNLOCK:
+		*timing = &p->unlock_us;
+		return cuda_unlock(p->pid);
+	}
+	return CUDA_RES_INVALID_VALUE;
+}
+
+static const enum cuda_process_state state_after[] = {
+	[STEP_LOCK] = CUDA_PROCESS_LOCKED,
+	[STEP_CHECKPOINT] = CUDA_PROCESS_CHECKPOINTED,
+	[STEP_RESTORE] = CUDA_PROCESS_LOCKED,
+	[STEP_UNLOCK] = CUDA_PROCESS_RUNNING,
+};
+
+static void *step_thread(void *opaque)
+{
+	struct step_arg *arg = opaque;
+	struct gpu_process *p = arg->proc;
+	uint64_t start = now_usec(), *timing = NULL;
+	cuda_result r = run_step(arg->batch, p, arg->step, &timing);
+
+	if (timing)
+		*timing = now_usec() - start;
+	p->touched = true;
+	if (r == CUDA_RES_SUCCESS) {
+		p->state = state_after[arg->step];
+	} else {
+		p->result = r;
+		p->failed_step = step_names[arg->step];
+	}
+	return NULL;
+}
+
+static int run_parallel(struct gpu_batch *batch, enum gpu_step step, struct stasis_error **err)
+{
+	_cleanup_free_ pthread_t *threads = calloc(batch->n ? batch->n : 1, sizeof(*threads));
+	_cleanup_free_ struct step_arg *args = calloc(batch->n ? batch->n : 1, sizeof(*args));
+	_cleanup_free_ bool *started = calloc(batch->n ? batch->n : 1, sizeof(*started));
+
+	if (!threads || !args || !started)
+		return stasis_error_errno(err, ENOMEM, "out of memory");
+	for (size_t i = 0; i < batch->n; i++) {
+		batch->procs[i].failed_step = NULL;
+		args[i] = (struct step_arg){ .batch = batch, .proc = &batch->procs[i], .step = step };
+		/* One process needs no thread. */
+		if (batch->n > 1 && pthread_create(&threads[i], NULL, step_thread, &args[i]) == 0)
+			started[i] = true;
+		else
+			step_thread(&args[i]);
+	}
+	for (size_t i = 0; i < batch->n; i++)
+		if (started[i])
+			pthread_join(threads[i], NULL);
+	for (size_t i = 0; i < batch->n; i++) {
+		struct gpu_process *p = &batch->procs[i];
+
+		if (!p->failed_step)
+			continue;
+		cuda_error(err, p->result, p->failed_step, p->pid);
+		if (p->result == CUDA_RES_NOT_SUPPORTED && step == STEP_CHECKPOINT)
+			stasis_error_hint(err, "the driver cannot checkpoint this process; "
+					       "managed (cudaMallocManaged) memory is not supported");
+		else if (p->result == CUDA_RES_TIMEOUT && step == STEP_LOCK)
+			stasis_error_hint(err, "a CUDA call did not return within %u ms; raise "
+					       "--timeout",
+					  batch->lock_timeout_ms);
+		return -EIO;
+	}
+	return 0;
+}
+
+int gpu_lock_all(struct gpu_batch *batch, struct stasis_error **err)
+{
+	return run_parallel(batch, STEP_LOCK, err);
+}
+
+int gpu_checkpoint_all(struct gpu_batch *batch, struct stasis_error **err)
+{
+	return run_parallel(batch, STEP_CHECKPOINT, err);
+}
+
+int gpu_restore_all(struct gpu_batch *batch, struct stasis_error **err)
+{
+	return run_parallel(batch, STEP_RESTORE, err);
+}
+
+int gpu_unlock_all(struct gpu_batch *batch, struct stasis_error **err)
+{
+	return run_parallel(batch, STEP_UNLOCK, err);
+}
+
+/* Ask the driver where each touched process really is, then walk it back:
+ * checkpointed -> restore -> locked -> unlock -> running. */
+static void *rollback_thread(void *opaque)
+{
+	struct gpu_process *p = opaque;
+	enum cuda_process_state state = p->state;
+
+	if (cuda_get_state(p->pid, &state) != CUDA_RES_SUCCESS)
+		state = p->state;
+	if (state == CUDA_PROCESS_CHECKPOINTED && cuda_restore(p->pid, NULL, 0) == CUDA_RES_SUCCESS)
+		state = CUDA_PROCESS_LOCKED;
+	if (state == CUDA_PROCESS_LOCKED && cuda_unlock(p->pid) == CUDA_RES_SUCCESS)
+		state = CUDA_PROCESS_RUNNING;
+	p->state = state;
+	return NULL;
+}
+
+int gpu_rollback(struct gpu_batch *batch, struct stasis_error **err)
+{
+	_cleanup_free_ pthread_t *threads = calloc(batch->n ? batch->n : 1, sizeof(*threads));
+	char stuck[512] = "";
+	size_t len = 0;
+	int nstuck = 0;
+
+	if (!threads)
+		return -ENOMEM;
+	for (size_t i = 0; i < batch->n; i++)
+		if (batch->procs[i].touched)
+			pthread_create(&threads[i], NULL, rollback_thread, &batch->procs[i]);
+	for (size_t i = 0; i < batch->n; i++)
+		if (batch->procs[i].touched)
+			pthread_join(threads[i], NULL);
+	for (size_t i = 0; i < batch->n; i++) {
+		struct gpu_process *p = &batch->procs[i];
+
+		if (!p->touched || p->state == CUDA_PROCESS_RUNNING)
+			continue;
+		nstuck++;
+		if (len < sizeof(stuck))
+			len += (size_t)snprintf(stuck + len, sizeof(stuck) - len, "%s%d (%s)",
+						len ? ", " : "", (int)p->pid, cuda_state_name(p->state));
+	}
+	if (nstuck)
+		stasis_error_hint(err, "rollback could not return PID %s to running", stuck);
+	return nstuck;
+}
+
+int gpu_suspend(struct gpu_batch *batch, struct stasis_error **err)
+{
+	int r = gpu_lock_all(batch, err);
+
+	if (r == 0)
+		r = gpu_checkpoint_all(batch, err);
+	if (r < 0)
+		gpu_rollback(batch, err);
+	return r;
+}
+
+int gpu_resume(struct gpu_batch *batch, struct stasis_error **err)
+{
+	int r = gpu_restore_all(batch, err);
+
+	if (r == 0)
+		r = gpu_unlock_all(batch, err);
+	/* A failed restore onto other GPUs leaves the process checkpointed:
+	 * bring it back where it was rather than leave it parked. */
+	if (r < 0)
+		gpu_rollback(batch, err);
+	return r;
+}
+
+uint64_t gpu_batch_max_us(const struct gpu_batch *batch, size_t offset)
+{
+	uint64_t max = 0;
+
+	for (size_t i = 0; i < batch->n; i++) {
+		uint64_t v = *(const uint64_t *)((const char *)&batch->procs[i] + offset);
+
+		if (v > max)
+			max = v;
+	}
+	return max;
+}

@@ -1,0 +1,66 @@
+/* SPDX-License-Identifier: MIT */
+/* GPU steps for many processes at once: one thread per process, a lock
+ * timeout, the driver's post-init race retried, and rollback so that a
+ * failure never leaves a process locked or with its GPU state in host RAM. */
+#ifndef STASIS_GPU_H
+#define STASIS_GPU_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "cuda-api.h"
+#include "error.h"
+
+#define GPU_DEFAULT_LOCK_TIMEOUT_MS 10000
+
+struct gpu_process {
+	pid_t pid;
+	enum cuda_process_state state; /* as far as stasis knows */
+	bool touched;		       /* stasis changed its state */
+	uint64_t lock_us, checkpoint_us, restore_us, unlock_us;
+	cuda_result result; /* of the last failed call */
+	const char *failed_step;
+};
+
+struct gpu_batch {
+	struct gpu_process *procs;
+	size_t n;
+	unsigned int lock_timeout_ms;
+	/* restore onto other GPUs: pairs for every process (may be empty) */
+	const struct cuda_gpu_pair *pairs;
+	unsigned int npairs;
+};
+
+/* The processes among pids that hold CUDA state the driver can checkpoint. */
+int gpu_find_cuda(const pid_t *pids, size_t n, struct gpu_batch *batch,
+		  struct stasis_error **err);
+
+/* Add one PID the caller knows uses CUDA. */
+int gpu_batch_add(struct gpu_batch *batch, pid_t pid);
+void gpu_batch_free(struct gpu_batch *batch);
+
+/* Refuse before anything changes: every process must be RUNNING. */
+int gpu_preflight_running(const struct gpu_batch *batch, struct stasis_error **err);
+
+/* lock all, then checkpoint all, each step in parallel. On failure every
+ * process touched is brought back to running and err names the first. */
+int gpu_suspend(struct gpu_batch *batch, struct stasis_error **err);
+
+/* restore all (with the batch's GPU pairs), then unlock all, in parallel. */
+int gpu_resume(struct gpu_batch *batch, struct stasis_error **err);
+
+/* Lock only, or checkpoint only (for callers that step through). */
+int gpu_lock_all(struct gpu_batch *batch, struct stasis_error **err);
+int gpu_checkpoint_all(struct gpu_batch *batch, struct stasis_error **err);
+int gpu_restore_all(struct gpu_batch *batch, struct stasis_error **err);
+int gpu_unlock_all(struct gpu_batch *batch, struct stasis_error **err);
+
+/* Bring every touched process back to running; returns how many could not
+ * be (their PIDs are named in err). */
+int gpu_rollback(struct gpu_batch *batch, struct stasis_error **err);
+
+/* Total of one timing across the batch, for stats. */
+uint64_t gpu_batch_max_us(const struct gpu_batch *batch, size_t offset);
+
+#endif

@@ -1,0 +1,181 @@
+/* SPDX-License-Identifier: MIT */
+#include "gpumap.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util.h"
+
+/* A GPU named by UUID or by index, in a list of n. */
+static int find_gpu(const char *name, const char *const *uuids, const int *indexes, size_t n)
+{
+	char *end;
+	long idx = strtol(name, &end, 10);
+
+	for (size_t i = 0; i < n; i++) {
+		if (strcmp(uuids[i], name) == 0)
+			return (int)i;
+		if (*name && *end == '\0' && indexes[i] == idx)
+			return (int)i;
+	}
+	return -1;
+}
+
+static int parse_map(const struct manifest *m, const struct nvml_gpu *gpus, size_t ngpus,
+		     const char *map, struct gpu_plan *plan, struct stasis_error **err)
+{
+	const char *old_uuids[64], *new_uuids[64];
+	int old_idx[64], new_idx[64];
+	_cleanup_free_ char *copy = strdup(map);
+	char *save = NULL;
+
+	for (size_t i = 0; i < m->ngpus; i++) {
+		old_uuids[i] = m->gpus[i].uuid;
+		old_idx[i] = m->gpus[i].index;
+	}
+	for (size_t i = 0; i < ngpus && i < 64; i++) {
+		new_uuids[i] = gpus[i].uuid;
+		new_idx[i] = gpus[i].index;
+	}
+	for (char *item = strtok_r(copy, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
+		char *eq = strchr(item, '=');
+		int from, to;
+
+		if (!eq) {
+			stasis_error_set(err, EINVAL, STASIS_DOMAIN_USAGE, 0,
+					 "--gpu-map entry '%s' is not OLD=NEW", item);
+			return stasis_error_hint(err, "write it as 0=1 or GPU-...=GPU-...");
+		}
+		*eq = '\0';
+		from = find_gpu(item, old_uuids, old_idx, m->ngpus);
+		to = find_gpu(eq + 1, new_uuids, new_idx, ngpus);
+		if (from < 0 || to < 0) {
+			stasis_error_set(err, ENODEV, STASIS_DOMAIN_USAGE, 0,
+					 "--gpu-map: no %s GPU '%s'", from < 0 ? "checkpointed" : "such",
+					 from < 0 ? item : eq + 1);
+			return stasis_error_hint(err, "stasis inspect lists the image's GPUs, stasis ps the machine's");
+		}
+		plan->target[from] = to;
+	}
+	return 0;
+}
+
+static bool target_taken(const struct gpu_plan *plan, int target)
+{
+	for (size_t i = 0; i < plan->n; i++)
+		if (plan->target[i] == target)
+			return true;
+	return false;
+}
+
+static uint64_t image_bytes_on(const struct manifest *m, size_t gpu)
+{
+	uint64_t bytes = 0;
+
+	for (size_t i = 0; i < m->nprocs; i++)
+		for (size_t j = 0; j < m->procs[i].ngpus; j++)
+			if ((size_t)m->procs[i].gpus[j] == gpu)
+				bytes += m->procs[i].gpu_bytes / m->procs[i].ngpus;
+	return bytes;
+}
+
+/* Same UUID if present, else an unused GPU of the same chip with room. */
+static void default_targets(const struct manifest *m, const struct nvml_gpu *gpus,
+			    size_t ngpus, struct gpu_plan *plan)
+{
+	for (size_t i = 0; i < plan->n; i++)
+		for (size_t g = 0; plan->target[i] < 0 && g < ngpus; g++)
+			if (strcmp(gpus[g].uuid, m->gpus[i].uuid) == 0 && !target_taken(plan, (int)g))
+				plan->target[i] = (int)g;
+	for (size_t i = 0; i < plan->n; i++) {
+		for (size_t g = 0; plan->target[i] < 0 && g < ngpus; g++) {
+			uint64_t free_bytes = gpus[g].memory_total - gpus[g].memory_used;
+
+			if (target_taken(plan, (int)g) || strcmp(gpus[g].arch, m->gpus[i].chip) != 0 ||
+			    free_bytes < image_bytes_on(m, i))
+				continue;
+			plan->target[i] = (int)g;
+			snprintf(plan->notes + strlen(plan->notes),
+				 sizeof(plan->notes) - strlen(plan->notes), "%s%s -> %s (same chip)",
+				 plan->notes[0] ? ", " : "", m->gpus[i].uuid, gpus[g].uuid);
+		}
+	}
+}
+
+static int check_targets(const struct manifest *m, const struct nvml_gpu *gpus,
+			 const struct gpu_plan *plan, struct stasis_error **err)
+{
+	for (size_t i = 0; i < plan->n; i++) {
+		const struct nvml_gpu *t;
+		uint64_t need = image_bytes_on(m, i);
+
+		if (plan->target[i] < 0) {
+			stasis_error_set(err, ENODEV, STASIS_DOMAIN_CUDA, 0,
+					 "no GPU here for checkpointed GPU %s (%s %s)", m->gpus[i].uuid,
+					 m->gpus[i].chip, m->gpus[i].name);
+			return stasis_error_hint(err, "free a GPU of that chip, or give --gpu-map");
+		}
+		for (size_t j = 0; j < i; j++)
+			if (plan->target[j] == plan->target[i]) {
+				stasis_error_set(err, EINVAL, STASIS_DOMAIN_USAGE, 0,
+						 "two checkpointed GPUs map onto GPU %s",
+						 gpus[plan->target[i]].uuid);
+				return stasis_error_hint(err, "the driver needs a one-to-one GPU map");
+			}
+		t = &gpus[plan->target[i]];
+		if (strcmp(t->arch, m->gpus[i].chip) != 0) {
+			stasis_error_set(err, EINVAL, STASIS_DOMAIN_CUDA, 0,
+					 "GPU %s is a %s, the image was made on a %s", t->uuid,
+					 t->arch, m->gpus[i].chip);
+			return stasis_error_hint(err, "restore onto a GPU of the same chip");
+		}
+		if (need && t->memory_total - t->memory_used < need) {
+			char a[32], b[32];
+
+			stasis_error_set(err, ENOSPC, STASIS_DOMAIN_CUDA, 0,
+					 "GPU %s has %s free, the image needs %s", t->uuid,
+					 format_bytes(t->memory_total - t->memory_used, a, sizeof(a)),
+					 format_bytes(need, b, sizeof(b)));
+			return stasis_error_hint(err, "free GPU memory or restore onto another GPU");
+		}
+	}
+	return 0;
+}
+
+int gpu_plan_make(const struct manifest *m, const struct nvml_gpu *gpus, size_t ngpus,
+		  const char *map, struct gpu_plan *plan, struct stasis_error **err)
+{
+	bool identity = true;
+	int r;
+
+	memset(plan, 0, sizeof(*plan));
+	if (m->ngpus > ARRAY_SIZE(plan->target) || ngpus > ARRAY_SIZE(plan->target))
+		return stasis_error_set(err, E2BIG, STASIS_DOMAIN_USAGE, 0, "too many GPUs");
+	plan->n = m->ngpus;
+	for (size_t i = 0; i < plan->n; i++)
+		plan->target[i] = -1;
+	if (map && *map) {
+		r = parse_map(m, gpus, ngpus, map, plan, err);
+		if (r < 0)
+			return r;
+	}
+	default_targets(m, gpus, ngpus, plan);
+	r = check_targets(m, gpus, plan, err);
+	if (r < 0)
+		return r;
+	for (size_t i = 0; i < plan->n; i++) {
+		struct cuda_gpu_pair *pair = &plan->pairs[i];
+
+		if (cuda_uuid_parse(m->gpus[i].uuid, &pair->old_uuid) < 0 ||
+		    cuda_uuid_parse(gpus[plan->target[i]].uuid, &pair->new_uuid) < 0)
+			return stasis_error_set(err, EINVAL, STASIS_DOMAIN_IMAGE, 0,
+						"GPU UUID %s cannot be parsed", m->gpus[i].uuid);
+		if (memcmp(&pair->old_uuid, &pair->new_uuid, sizeof(pair->old_uuid)) != 0)
+			identity = false;
+	}
+	/* Pairs only when something moves: drivers before 580 refuse them. */
+	plan->npairs = identity ? 0 : (unsigned int)plan->n;
+	return 0;
+}

@@ -1,0 +1,460 @@
+/* SPDX-License-Identifier: MIT */
+#include "manifest.h"
+
+#include <errno.h>
+#include <json-c/json.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util.h"
+
+void manifest_init(struct manifest *m)
+{
+	memset(m, 0, sizeof(*m));
+	m->format_version = MANIFEST_FORMAT_VERSION;
+}
+
+void manifest_free(struct manifest *m)
+{
+	if (!m)
+		return;
+	free(m->stasis_version);
+	free(m->created);
+	free(m->hostname);
+	free(m->kernel);
+	free(m->nvidia_driver);
+	for (size_t i = 0; i < m->nprocs; i++)
+		free(m->procs[i].cmdline);
+	free(m->procs);
+	free(m->gpus);
+	free(m->phases);
+	for (size_t i = 0; i < m->nfiles; i++)
+		free(m->files[i].name);
+	free(m->files);
+	memset(m, 0, sizeof(*m));
+}
+
+/* Grow an array by one zeroed element; NULL when out of memory. */
+static void *grow(void **array, size_t *count, size_t size)
+{
+	char *bigger = realloc(*array, (*count + 1) * size);
+
+	if (!bigger)
+		return NULL;
+	*array = bigger;
+	memset(bigger + *count * size, 0, size);
+	return bigger + (*count)++ * size;
+}
+
+int manifest_add_phase(struct manifest *m, const char *name, uint64_t usec)
+{
+	struct manifest_phase *p;
+
+	for (size_t i = 0; i < m->nphases; i++) {
+		if (strcmp(m->phases[i].name, name) == 0) {
+			m->phases[i].usec = usec;
+			return 0;
+		}
+	}
+	p = grow((void **)&m->phases, &m->nphases, sizeof(*p));
+	if (!p)
+		return -ENOMEM;
+	snprintf(p->name, sizeof(p->name), "%s", name);
+	p->usec = usec;
+	return 0;
+}
+
+uint64_t manifest_phase_usec(const struct manifest *m, const char *name)
+{
+	for (size_t i = 0; i < m->nphases; i++)
+		if (strcmp(m->phases[i].name, name) == 0)
+			return m->phases[i].usec;
+	return 0;
+}
+
+struct manifest_process *manifest_add_process(struct manifest *m)
+{
+	return grow((void **)&m->procs, &m->nprocs, sizeof(struct manifest_process));
+}
+
+struct manifest_gpu *manifest_add_gpu(struct manifest *m)
+{
+	return grow((void **)&m->gpus, &m->ngpus, sizeof(struct manifest_gpu));
+}
+
+struct manifest_file *manifest_add_file(struct manifest *m)
+{
+	return grow((void **)&m->files, &m->nfiles, sizeof(struct manifest_file));
+}
+
+const struct manifest_process *manifest_root(const struct manifest *m)
+{
+	for (size_t i = 0; i < m->nprocs; i++) {
+		bool parent_inside = false;
+
+		for (size_t j = 0; j < m->nprocs; j++)
+			if (m->procs[j].pid == m->procs[i].ppid)
+				parent_inside = true;
+		if (!parent_inside)
+			return &m->procs[i];
+	}
+	return NULL;
+}
+
+/* ---- encoding ---- */
+
+static void add_str(json_object *o, const char *key, const char *value)
+{
+	if (value)
+		json_object_object_add(o, key, json_object_new_string(value));
+}
+
+static void add_u64(json_object *o, const char *key, uint64_t value)
+{
+	json_object_object_add(o, key, json_object_new_uint64(value));
+}
+
+static json_object *process_to_json(const struct manifest *m, const struct manifest_process *p)
+{
+	json_object *o = json_object_new_object();
+	json_object *gpus = json_object_new_array();
+
+	json_object_object_add(o, "pid", json_object_new_int(p->pid));
+	json_object_object_add(o, "ppid", json_object_new_int(p->ppid));
+	add_str(o, "comm", p->comm);
+	add_str(o, "cmdline", p->cmdline ? p->cmdline : "");
+	json_object_object_add(o, "cuda", json_object_new_boolean(p->cuda));
+	add_u64(o, "gpu_bytes", p->gpu_bytes);
+	for (size_t i = 0; i < p->ngpus; i++)
+		if (p->gpus[i] >= 0 && (size_t)p->gpus[i] < m->ngpus)
+			json_object_array_add(gpus, json_object_new_string(m->gpus[p->gpus[i]].uuid));
+	json_object_object_add(o, "gpus", gpus);
+	if (p->cuda) {
+		add_u64(o, "lock_us", p->lock_us);
+		add_u64(o, "checkpoint_us", p->checkpoint_us);
+	}
+	return o;
+}
+
+static json_object *gpu_to_json(const struct manifest_gpu *g)
+{
+	json_object *o = json_object_new_object();
+
+	json_object_object_add(o, "index", json_object_new_int(g->index));
+	add_str(o, "uuid", g->uuid);
+	add_str(o, "name", g->name);
+	add_str(o, "chip", g->chip);
+	add_u64(o, "memory_total", g->memory_total);
+	return o;
+}
+
+char *manifest_to_json(const struct manifest *m, bool pretty)
+{
+	json_object *root = json_object_new_object();
+	json_object *opts = json_object_new_object();
+	json_object *procs = json_object_new_array();
+	json_object *gpus = json_object_new_array();
+	json_object *phases = json_object_new_object();
+	json_object *files = json_object_new_array();
+	char *text;
+
+	json_object_object_add(root, "format_version", json_object_new_int(m->format_version));
+	add_str(root, "stasis_version", m->stasis_version);
+	add_str(root, "created", m->created);
+	add_str(root, "hostname", m->hostname);
+	add_str(root, "kernel", m->kernel);
+	json_object_object_add(root, "criu_version", json_object_new_int(m->criu_version));
+	json_object_object_add(root, "cuda_driver_version",
+			       json_object_new_int(m->cuda_driver_version));
+	add_str(root, "nvidia_driver", m->nvidia_driver);
+
+	json_object_object_add(opts, "leave_running",
+			       json_object_new_boolean(m->options.leave_running));
+	json_object_object_add(opts, "shell_job", json_object_new_boolean(m->options.shell_job));
+	json_object_object_add(opts, "tcp_established",
+			       json_object_new_boolean(m->options.tcp_established));
+	json_object_object_add(root, "options", opts);
+
+	for (size_t i = 0; i < m->nprocs; i++)
+		json_object_array_add(procs, process_to_json(m, &m->procs[i]));
+	json_object_object_add(root, "processes", procs);
+	for (size_t i = 0; i < m->ngpus; i++)
+		json_object_array_add(gpus, gpu_to_json(&m->gpus[i]));
+	json_object_object_add(root, "gpus", gpus);
+	for (size_t i = 0; i < m->nphases; i++)
+		add_u64(phases, m->phases[i].name, m->phases[i].usec);
+	json_object_object_add(root, "phases_us", phases);
+
+	for (size_t i = 0; i < m->nfiles; i++) {
+		json_object *f = json_object_new_object();
+
+		add_str(f, "name", m->files[i].name);
+		add_u64(f, "size", m->files[i].size);
+		add_str(f, "xxh128", m->files[i].xxh128);
+		json_object_array_add(files, f);
+	}
+	json_object_object_add(root, "files", files);
+	add_u64(root, "image_bytes", m->image_bytes);
+
+	text = strdup(json_object_to_json_string_ext(
+		root, (pretty ? JSON_C_TO_STRING_PRETTY : JSON_C_TO_STRING_PLAIN) |
+			      JSON_C_TO_STRING_NOSLASHESCAPE));
+	json_object_put(root);
+	return text;
+}
+
+/* ---- decoding ---- */
+
+static int corrupt(struct stasis_error **err, const char *what)
+{
+	return stasis_error_set(err, EINVAL, STASIS_DOMAIN_IMAGE, 0, "corrupt manifest: %s", what);
+}
+
+static json_object *field(json_object *o, const char *key, json_type type)
+{
+	json_object *v;
+
+	if (!json_object_object_get_ex(o, key, &v) || !json_object_is_type(v, type))
+		return NULL;
+	return v;
+}
+
+static char *dup_field(json_object *o, const char *key)
+{
+	json_object *v = field(o, key, json_type_string);
+
+	return v ? strdup(json_object_get_string(v)) : NULL;
+}
+
+static bool get_u64(json_object *o, const char *key, uint64_t *out)
+{
+	json_object *v;
+
+	if (!json_object_object_get_ex(o, key, &v) || !json_object_is_type(v, json_type_int))
+		return false;
+	*out = json_object_get_uint64(v);
+	return true;
+}
+
+static bool get_bool(json_object *o, const char *key)
+{
+	json_object *v = field(o, key, json_type_boolean);
+
+	return v && json_object_get_boolean(v);
+}
+
+static int gpu_index_by_uuid(const struct manifest *m, const char *uuid)
+{
+	for (size_t i = 0; i < m->ngpus; i++)
+		if (strcmp(m->gpus[i].uuid, uuid) == 0)
+			return (int)i;
+	return -1;
+}
+
+static int decode_gpus(json_object *root, struct manifest *m, struct stasis_error **err)
+{
+	json_object *arr = field(root, "gpus", json_type_array);
+
+	if (!arr)
+		return 0; /* CPU-only images may omit it */
+	for (size_t i = 0; i < json_object_array_length(arr); i++) {
+		json_object *o = json_object_array_get_idx(arr, i);
+		json_object *uuid = field(o, "uuid", json_type_string);
+		json_object *v;
+		struct manifest_gpu *g;
+
+		if (!uuid)
+			return corrupt(err, "a GPU without uuid");
+		g = manifest_add_gpu(m);
+		if (!g)
+			return stasis_error_errno(err, ENOMEM, "out of memory");
+		snprintf(g->uuid, sizeof(g->uuid), "%s", json_object_get_string(uuid));
+		if ((v = field(o, "name", json_type_string)))
+			snprintf(g->name, sizeof(g->name), "%s", json_object_get_string(v));
+		if ((v = field(o, "chip", json_type_string)))
+			snprintf(g->chip, sizeof(g->chip), "%s", json_object_get_string(v));
+		if ((v = field(o, "index", json_type_int)))
+			g->index = json_object_get_int(v);
+		get_u64(o, "memory_total", &g->memory_total);
+	}
+	return 0;
+}
+
+static int decode_process(json_object *o, struct manifest *m, struct stasis_error **err)
+{
+	json_object *pid = field(o, "pid", json_type_int);
+	json_object *ppid = field(o, "ppid", json_type_int);
+	json_object *comm = field(o, "comm", json_type_string);
+	json_object *gpus = field(o, "gpus", json_type_array);
+	struct manifest_process *p;
+
+	if (!pid || !ppid || json_object_get_int(pid) <= 0)
+		return corrupt(err, "a process without a valid pid");
+	p = manifest_add_process(m);
+	if (!p)
+		return stasis_error_errno(err, ENOMEM, "out of memory");
+	p->pid = json_object_get_int(pid);
+	p->ppid = json_object_get_int(ppid);
+	if (comm)
+		snprintf(p->comm, sizeof(p->comm), "%s", json_object_get_string(comm));
+	p->cmdline = dup_field(o, "cmdline");
+	p->cuda = get_bool(o, "cuda");
+	get_u64(o, "gpu_bytes", &p->gpu_bytes);
+	get_u64(o, "lock_us", &p->lock_us);
+	get_u64(o, "checkpoint_us", &p->checkpoint_us);
+	for (size_t i = 0; gpus && i < json_object_array_length(gpus); i++) {
+		const char *uuid = json_object_get_string(json_object_array_get_idx(gpus, i));
+		int idx = uuid ? gpu_index_by_uuid(m, uuid) : -1;
+
+		if (idx < 0)
+			return corrupt(err, "a process uses a GPU the manifest does not list");
+		if (p->ngpus < MANIFEST_MAX_PROCESS_GPUS)
+			p->gpus[p->ngpus++] = idx;
+	}
+	return 0;
+}
+
+static int decode_files(json_object *root, struct manifest *m, struct stasis_error **err)
+{
+	json_object *arr = field(root, "files", json_type_array);
+
+	if (!arr)
+		return corrupt(err, "no file list");
+	for (size_t i = 0; i < json_object_array_length(arr); i++) {
+		json_object *o = json_object_array_get_idx(arr, i);
+		json_object *name = field(o, "name", json_type_string);
+		json_object *hash = field(o, "xxh128", json_type_string);
+		struct manifest_file *f;
+
+		if (!name || !hash || json_object_get_string_len(hash) != 32 ||
+		    strstr(json_object_get_string(name), ".."))
+			return corrupt(err, "a file entry without a valid name or checksum");
+		f = manifest_add_file(m);
+		if (!f)
+			return stasis_error_errno(err, ENOMEM, "out of memory");
+		f->name = strdup(json_object_get_string(name));
+		snprintf(f->xxh128, sizeof(f->xxh128), "%s", json_object_get_string(hash));
+		if (!get_u64(o, "size", &f->size))
+			return corrupt(err, "a file entry without a size");
+	}
+	return 0;
+}
+
+static int decode(json_object *root, struct manifest *m, struct stasis_error **err)
+{
+	json_object *v, *procs, *opts, *phases;
+	int r;
+
+	if (!json_object_is_type(root, json_type_object))
+		return corrupt(err, "not a JSON object");
+	v = field(root, "format_version", json_type_int);
+	if (!v)
+		return corrupt(err, "no format_version");
+	m->format_version = json_object_get_int(v);
+	if (m->format_version > MANIFEST_FORMAT_VERSION) {
+		stasis_error_set(err, EPROTONOSUPPORT, STASIS_DOMAIN_IMAGE, m->format_version,
+				 "image format version %d is newer than this stasis reads (%d)",
+				 m->format_version, MANIFEST_FORMAT_VERSION);
+		return stasis_error_hint(err, "restore it with a newer stasis");
+	}
+	if (m->format_version < 1)
+		return corrupt(err, "invalid format_version");
+	m->stasis_version = dup_field(root, "stasis_version");
+	m->created = dup_field(root, "created");
+	m->hostname = dup_field(root, "hostname");
+	m->kernel = dup_field(root, "kernel");
+	m->nvidia_driver = dup_field(root, "nvidia_driver");
+	if ((v = field(root, "criu_version", json_type_int)))
+		m->criu_version = json_object_get_int(v);
+	if ((v = field(root, "cuda_driver_version", json_type_int)))
+		m->cuda_driver_version = json_object_get_int(v);
+	if ((opts = field(root, "options", json_type_object))) {
+		m->options.leave_running = get_bool(opts, "leave_running");
+		m->options.shell_job = get_bool(opts, "shell_job");
+		m->options.tcp_established = get_bool(opts, "tcp_established");
+	}
+	r = decode_gpus(root, m, err);
+	if (r < 0)
+		return r;
+	procs = field(root, "processes", json_type_array);
+	if (!procs || json_object_array_length(procs) == 0)
+		return corrupt(err, "no processes");
+	for (size_t i = 0; i < json_object_array_length(procs); i++) {
+		r = decode_process(json_object_array_get_idx(procs, i), m, err);
+		if (r < 0)
+			return r;
+	}
+	if (!manifest_root(m))
+		return corrupt(err, "the process tree has no root");
+	if ((phases = field(root, "phases_us", json_type_object))) {
+		json_object_object_foreach(phases, key, val)
+		{
+			if (json_object_is_type(val, json_type_int))
+				manifest_add_phase(m, key, json_object_get_uint64(val));
+		}
+	}
+	r = decode_files(root, m, err);
+	if (r < 0)
+		return r;
+	get_u64(root, "image_bytes", &m->image_bytes);
+	return 0;
+}
+
+int manifest_from_json(const char *text, struct manifest *m, struct stasis_error **err)
+{
+	json_tokener *tok = json_tokener_new();
+	json_object *root;
+	int r;
+
+	if (!tok)
+		return stasis_error_errno(err, ENOMEM, "out of memory");
+	root = json_tokener_parse_ex(tok, text, (int)strlen(text));
+	if (!root || json_tokener_get_error(tok) != json_tokener_success) {
+		r = corrupt(err, json_tokener_error_desc(json_tokener_get_error(tok)));
+		json_tokener_free(tok);
+		json_object_put(root);
+		return r;
+	}
+	json_tokener_free(tok);
+	r = decode(root, m, err);
+	json_object_put(root);
+	return r;
+}
+
+int manifest_write(const char *dir, const struct manifest *m, struct stasis_error **err)
+{
+	_cleanup_free_ char *text = manifest_to_json(m, true);
+	int r;
+
+	if (!text)
+		return stasis_error_errno(err, ENOMEM, "out of memory encoding the manifest");
+	r = write_file_atomic(dir, MANIFEST_NAME, text, strlen(text));
+	if (r < 0)
+		return stasis_error_errno(err, -r, "writing %s/%s: %s", dir, MANIFEST_NAME,
+					  strerror(-r));
+	return 0;
+}
+
+int manifest_read(const char *dir, struct manifest *m, struct stasis_error **err)
+{
+	char path[4096];
+	_cleanup_free_ char *text = NULL;
+	int r;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, MANIFEST_NAME);
+	text = read_file_str(path, NULL);
+	if (!text) {
+		if (errno == ENOENT) {
+			stasis_error_set(err, ENOENT, STASIS_DOMAIN_IMAGE, 0,
+					 "%s has no %s: not a stasis image, or an incomplete one",
+					 dir, MANIFEST_NAME);
+			return stasis_error_hint(err, "checkpoint again into an empty directory");
+		}
+		return stasis_error_errno(err, errno, "reading %s: %s", path, strerror(errno));
+	}
+	r = manifest_from_json(text, m, err);
+	if (r < 0)
+		return stasis_error_wrap(err, "%s", path);
+	return 0;
+}

@@ -1,0 +1,96 @@
+/* SPDX-License-Identifier: MIT */
+/* manifest.json: what an image directory holds. Written last and atomically
+ * so that a directory without one is an incomplete image. */
+#ifndef STASIS_MANIFEST_H
+#define STASIS_MANIFEST_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "error.h"
+
+#define MANIFEST_NAME "manifest.json"
+#define MANIFEST_FORMAT_VERSION 1
+#define MANIFEST_MAX_PROCESS_GPUS 16
+
+struct manifest_gpu {
+	int index;
+	char uuid[64]; /* "GPU-xxxxxxxx-..." */
+	char name[96];
+	char chip[32]; /* architecture, "Hopper" */
+	uint64_t memory_total;
+};
+
+struct manifest_process {
+	pid_t pid;
+	pid_t ppid;
+	char comm[32];
+	char *cmdline;
+	bool cuda; /* its GPU state was checkpointed by the driver */
+	uint64_t gpu_bytes;
+	size_t ngpus;
+	int gpus[MANIFEST_MAX_PROCESS_GPUS]; /* indexes into manifest.gpus */
+	uint64_t lock_us, checkpoint_us;
+};
+
+struct manifest_phase {
+	char name[48];
+	uint64_t usec;
+};
+
+struct manifest_file {
+	char *name; /* relative to the image directory */
+	uint64_t size;
+	char xxh128[33]; /* hex */
+};
+
+struct manifest_options {
+	bool leave_running;
+	bool shell_job;
+	bool tcp_established;
+};
+
+struct manifest {
+	int format_version;
+	char *stasis_version;
+	char *created; /* UTC, ISO 8601 */
+	char *hostname;
+	char *kernel;
+	int criu_version; /* 40101 for 4.1.1 */
+	int cuda_driver_version; /* 0 without CUDA processes; 13000 for 13.0 */
+	char *nvidia_driver; /* "580.159.04", or NULL */
+	struct manifest_options options;
+	struct manifest_process *procs;
+	size_t nprocs;
+	struct manifest_gpu *gpus;
+	size_t ngpus;
+	struct manifest_phase *phases;
+	size_t nphases;
+	struct manifest_file *files;
+	size_t nfiles;
+	uint64_t image_bytes;
+};
+
+void manifest_init(struct manifest *m);
+void manifest_free(struct manifest *m);
+
+int manifest_add_phase(struct manifest *m, const char *name, uint64_t usec);
+uint64_t manifest_phase_usec(const struct manifest *m, const char *name);
+struct manifest_process *manifest_add_process(struct manifest *m);
+struct manifest_gpu *manifest_add_gpu(struct manifest *m);
+struct manifest_file *manifest_add_file(struct manifest *m);
+
+/* The process whose parent is outside the image: the root of the tree. */
+const struct manifest_process *manifest_root(const struct manifest *m);
+
+/* JSON text of the manifest; the caller frees it. */
+char *manifest_to_json(const struct manifest *m, bool pretty);
+
+/* Parse and validate; fills m (manifest_init'ed by the caller). */
+int manifest_from_json(const char *text, struct manifest *m, struct stasis_error **err);
+
+int manifest_write(const char *dir, const struct manifest *m, struct stasis_error **err);
+int manifest_read(const char *dir, struct manifest *m, struct stasis_error **err);
+
+#endif

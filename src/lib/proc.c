@@ -1,0 +1,177 @@
+/* SPDX-License-Identifier: MIT */
+#include "proc.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util.h"
+
+/* /proc/PID/stat: "pid (comm) S ppid ..."; comm may hold spaces and ')'. */
+static int read_stat(pid_t pid, char *state, pid_t *ppid)
+{
+	char path[64];
+	_cleanup_free_ char *stat = NULL;
+	char *close_paren;
+	int pp;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	stat = read_file_str(path, NULL);
+	if (!stat)
+		return -errno;
+	close_paren = strrchr(stat, ')');
+	if (!close_paren || sscanf(close_paren + 1, " %c %d", state, &pp) != 2)
+		return -EINVAL;
+	if (ppid)
+		*ppid = pp;
+	return 0;
+}
+
+char proc_state(pid_t pid)
+{
+	char state;
+
+	if (pid <= 0 || read_stat(pid, &state, NULL) < 0)
+		return 0;
+	return state;
+}
+
+pid_t proc_ppid(pid_t pid)
+{
+	char state;
+	pid_t ppid;
+
+	if (read_stat(pid, &state, &ppid) < 0)
+		return -1;
+	return ppid;
+}
+
+const char *proc_comm(pid_t pid, char *buf, size_t len)
+{
+	char path[64];
+	_cleanup_free_ char *comm = NULL;
+
+	snprintf(path, sizeof(path), "/proc/%d/comm", (int)pid);
+	comm = read_file_str(path, NULL);
+	snprintf(buf, len, "%s", comm ? strip_trailing(comm) : "?");
+	return buf;
+}
+
+char *proc_cmdline(pid_t pid)
+{
+	char path[64];
+	size_t len = 0;
+	char *cmd;
+
+	snprintf(path, sizeof(path), "/proc/%d/cmdline", (int)pid);
+	cmd = read_file_str(path, &len);
+	if (!cmd)
+		return strdup("");
+	for (size_t i = 0; i + 1 < len; i++)
+		if (cmd[i] == '\0')
+			cmd[i] = ' ';
+	return cmd;
+}
+
+static int push_pid(pid_t **pids, size_t *n, size_t *cap, pid_t pid)
+{
+	for (size_t i = 0; i < *n; i++)
+		if ((*pids)[i] == pid)
+			return 0;
+	if (*n == *cap) {
+		size_t bigger = *cap ? *cap * 2 : 16;
+		pid_t *p = realloc(*pids, bigger * sizeof(*p));
+
+		if (!p)
+			return -ENOMEM;
+		*pids = p;
+		*cap = bigger;
+	}
+	(*pids)[(*n)++] = pid;
+	return 0;
+}
+
+/* Children of every thread of pid, from /proc/PID/task/TID/children. */
+static int add_children(pid_t pid, pid_t **pids, size_t *n, size_t *cap)
+{
+	char path[64];
+	DIR *d;
+	struct dirent *de;
+	int r = 0;
+
+	snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+	d = opendir(path);
+	if (!d)
+		return 0; /* it exited meanwhile */
+	while (r == 0 && (de = readdir(d))) {
+		char cpath[128];
+		_cleanup_free_ char *children = NULL;
+		char *save = NULL;
+
+		if (de->d_name[0] == '.')
+			continue;
+		snprintf(cpath, sizeof(cpath), "/proc/%d/task/%s/children", (int)pid, de->d_name);
+		children = read_file_str(cpath, NULL);
+		if (!children)
+			continue;
+		for (char *tok = strtok_r(children, " \n", &save); tok && r == 0;
+		     tok = strtok_r(NULL, " \n", &save))
+			r = push_pid(pids, n, cap, (pid_t)atoi(tok));
+	}
+	closedir(d);
+	return r;
+}
+
+int proc_tree(pid_t root, pid_t **pids_out, size_t *n_out, struct stasis_error **err)
+{
+	pid_t *pids = NULL;
+	size_t n = 0, cap = 0;
+	int r;
+
+	if (!proc_state(root)) {
+		stasis_error_set(err, ESRCH, STASIS_DOMAIN_USAGE, 0, "no process with PID %d",
+				 (int)root);
+		return stasis_error_hint(err, "check the PID with ps");
+	}
+	r = push_pid(&pids, &n, &cap, root);
+	for (size_t i = 0; r == 0 && i < n; i++)
+		r = add_children(pids[i], &pids, &n, &cap);
+	if (r < 0) {
+		free(pids);
+		return stasis_error_errno(err, -r, "listing the tree of PID %d", (int)root);
+	}
+	*pids_out = pids;
+	*n_out = n;
+	return 0;
+}
+
+int proc_tree_describe(pid_t root, struct manifest *m, struct stasis_error **err)
+{
+	_cleanup_free_ pid_t *pids = NULL;
+	size_t n = 0;
+	int r = proc_tree(root, &pids, &n, err);
+
+	if (r < 0)
+		return r;
+	for (size_t i = 0; i < n; i++) {
+		struct manifest_process *p = manifest_add_process(m);
+
+		if (!p)
+			return stasis_error_errno(err, ENOMEM, "out of memory");
+		p->pid = pids[i];
+		p->ppid = proc_ppid(pids[i]);
+		proc_comm(pids[i], p->comm, sizeof(p->comm));
+		p->cmdline = proc_cmdline(pids[i]);
+	}
+	return 0;
+}
+
+bool proc_is_self_or_ancestor(pid_t pid)
+{
+	for (pid_t p = getpid(); p > 0; p = proc_ppid(p))
+		if (p == pid)
+			return true;
+	return false;
+}

@@ -1,0 +1,29 @@
+/* SPDX-License-Identifier: MIT */
+/* What /proc says about processes: existence, state, the tree below a PID. */
+#ifndef STASIS_PROC_H
+#define STASIS_PROC_H
+
+#include <stdbool.h>
+#include <sys/types.h>
+
+#include "error.h"
+#include "manifest.h"
+
+/* 'R', 'S', 'Z', ... or 0 when the process does not exist. */
+char proc_state(pid_t pid);
+pid_t proc_ppid(pid_t pid);
+/* comm into buf ("?" when unknown); returns buf. */
+const char *proc_comm(pid_t pid, char *buf, size_t len);
+/* cmdline with NULs turned into spaces; the caller frees it. */
+char *proc_cmdline(pid_t pid);
+
+/* All PIDs of the tree rooted at root, root first, breadth-first. */
+int proc_tree(pid_t root, pid_t **pids_out, size_t *n_out, struct stasis_error **err);
+
+/* Add the tree rooted at root to m->procs. */
+int proc_tree_describe(pid_t root, struct manifest *m, struct stasis_error **err);
+
+/* True when pid is this process or one of its ancestors. */
+bool proc_is_self_or_ancestor(pid_t pid);
+
+#endif

@@ -1,0 +1,198 @@
+/* SPDX-License-Identifier: MIT */
+/* stasis restore: preflight (image, CRIU, driver, GPUs, PIDs) -> CRIU
+ * restore -> restore all GPU state (with the GPU map) -> unlock all. A
+ * failure after CRIU restored the tree kills the tree rather than leave it
+ * locked. */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include "criu-rpc.h"
+#include "fault.h"
+#include "gpu.h"
+#include "gpumap.h"
+#include "image.h"
+#include "lock.h"
+#include "nvml.h"
+#include "proc.h"
+#include "stasis.h"
+#include "util.h"
+
+/* Dumped processes may still be zombies, or orphans that init has not
+ * reaped yet: give them a bounded moment. */
+#define PID_FREE_WAIT_MS 5000
+
+static size_t count_cuda(const struct manifest *m)
+{
+	size_t n = 0;
+
+	for (size_t i = 0; i < m->nprocs; i++)
+		n += m->procs[i].cuda;
+	return n;
+}
+
+static int wait_pids_free(const struct manifest *m, struct stasis_error **err)
+{
+	for (int waited = 0;; waited += 20) {
+		const struct manifest_process *taken = NULL;
+		char comm[32], state;
+
+		for (size_t i = 0; i < m->nprocs && !taken; i++)
+			if (proc_state(m->procs[i].pid))
+				taken = &m->procs[i];
+		if (!taken)
+			return 0;
+		if (waited < PID_FREE_WAIT_MS) {
+			usleep(20000);
+			continue;
+		}
+		state = proc_state(taken->pid);
+		proc_comm(taken->pid, comm, sizeof(comm));
+		stasis_error_set(err, EEXIST, STASIS_DOMAIN_USAGE, 0,
+				 "PID %d of the image is taken by '%s'%s", (int)taken->pid, comm,
+				 state == 'Z' ? " (a zombie its parent has not reaped)" : "");
+		return stasis_error_hint(err, state == 'Z'
+						      ? "make its parent wait for it, then restore"
+						      : "stop that process, or restore in a new PID namespace");
+	}
+}
+
+static int preflight_gpus(const struct manifest *m, const char *map, struct gpu_plan *plan,
+			  struct stasis_error **err)
+{
+	_cleanup_free_ struct nvml_gpu *gpus = NULL;
+	size_t ngpus = 0;
+	int r;
+
+	memset(plan, 0, sizeof(*plan));
+	if (count_cuda(m) == 0)
+		return 0;
+	r = cuda_load(err);
+	if (r < 0)
+		return stasis_error_wrap(err, "the image holds GPU state");
+	if (cuda_driver_version() < m->cuda_driver_version) {
+		stasis_error_set(err, ENOTSUP, STASIS_DOMAIN_CUDA, cuda_driver_version(),
+				 "the driver here (CUDA %d.%d) is older than the one that made the "
+				 "image (CUDA %d.%d)",
+				 cuda_driver_version() / 1000, cuda_driver_version() % 1000 / 10,
+				 m->cuda_driver_version / 1000, m->cuda_driver_version % 1000 / 10);
+		return stasis_error_hint(err, "upgrade the NVIDIA driver");
+	}
+	if (m->ngpus == 0 && (!map || !*map))
+		return 0; /* made without NVML: the driver maps by itself */
+	r = nvml_gpus(&gpus, &ngpus, err);
+	if (r < 0)
+		return r;
+	r = gpu_plan_make(m, gpus, ngpus, map, plan, err);
+	if (r < 0)
+		return r;
+	if (plan->npairs && cuda_driver_version() < CUDA_VERSION_GPU_REMAP) {
+		stasis_error_set(err, ENOTSUP, STASIS_DOMAIN_CUDA, 0,
+				 "restoring onto other GPUs needs driver 580 (CUDA 13.0)");
+		return stasis_error_hint(err, "restore on the same GPUs or upgrade the driver");
+	}
+	return 0;
+}
+
+static void kill_tree(const struct manifest *m)
+{
+	for (size_t i = 0; i < m->nprocs; i++)
+		kill(m->procs[i].pid, SIGKILL);
+}
+
+static int resume_gpus(struct manifest *m, const struct gpu_plan *plan, struct stasis_error **err)
+{
+	struct gpu_batch batch = { .pairs = plan->pairs, .npairs = plan->npairs };
+	uint64_t start = now_usec();
+	int r = 0;
+
+	for (size_t i = 0; i < m->nprocs && r == 0; i++)
+		if (m->procs[i].cuda && gpu_batch_add(&batch, m->procs[i].pid) < 0)
+			r = stasis_error_errno(err, ENOMEM, "out of memory");
+	for (size_t i = 0; i < batch.n; i++)
+		batch.procs[i].state = CUDA_PROCESS_CHECKPOINTED;
+	if (r == 0)
+		r = gpu_restore_all(&batch, err);
+	manifest_add_phase(m, "cuda_restore", now_usec() - start);
+	start = now_usec();
+	if (r == 0)
+		r = gpu_unlock_all(&batch, err);
+	manifest_add_phase(m, "cuda_unlock", now_usec() - start);
+	gpu_batch_free(&batch);
+	return r;
+}
+
+static int restore_locked(const struct stasis_restore_options *o, struct manifest *m,
+			  const struct gpu_plan *plan, pid_t *root_out, struct stasis_error **err)
+{
+	char images[4096];
+	struct criu_restore_request req = {
+		.images_dir = images,
+		.work_dir = o->dir,
+		.log_file = "restore.log",
+		.detach = o->detach,
+		.shell_job = m->options.shell_job,
+		.tcp_established = m->options.tcp_established,
+	};
+	uint64_t start;
+	int r;
+
+	snprintf(images, sizeof(images), "%s/%s", o->dir, IMAGE_CRIU_SUBDIR);
+	r = wait_pids_free(m, err);
+	if (r < 0)
+		return r;
+	start = now_usec();
+	if (fault_at("criu-restore", 0))
+		r = stasis_error_set(err, EIO, STASIS_DOMAIN_CRIU, 0,
+				     "criu restore failed: injected fault");
+	else
+		r = criu_run_restore(&req, root_out, err);
+	manifest_add_phase(m, "criu_restore", now_usec() - start);
+	if (r < 0)
+		return r;
+	r = resume_gpus(m, plan, err);
+	if (r < 0) {
+		kill_tree(m);
+		if (!o->detach)
+			waitpid(*root_out, NULL, 0);
+		stasis_error_wrap(err, "GPU restore failed");
+		return stasis_error_hint(err, "the half-restored tree was killed; the image is "
+					      "intact, restore again once the cause is fixed");
+	}
+	return 0;
+}
+
+int stasis_restore(const struct stasis_restore_options *o, struct manifest *m,
+		   pid_t *root_out, struct stasis_error **err)
+{
+	const struct manifest_process *root;
+	struct gpu_plan plan;
+	uint64_t start = now_usec();
+	int lock_fd, r;
+
+	r = stasis_require_root(err);
+	if (r == 0)
+		r = image_open(o->dir, m, err);
+	if (r < 0)
+		return r;
+	m->nphases = 0; /* from here on m carries this restore's timings */
+	manifest_add_phase(m, "verify", now_usec() - start);
+	r = criu_version(err);
+	if (r == 0 || r > 0)
+		r = preflight_gpus(m, o->gpu_map, &plan, err);
+	if (r < 0)
+		return stasis_error_wrap(err, "restore from %s", o->dir);
+	root = manifest_root(m);
+	lock_fd = pid_lock(root->pid, err);
+	if (lock_fd < 0)
+		return lock_fd;
+	r = restore_locked(o, m, &plan, root_out, err);
+	pid_unlock(lock_fd);
+	if (r < 0)
+		return stasis_error_wrap(err, "restore from %s", o->dir);
+	manifest_add_phase(m, "restore_total", now_usec() - start);
+	return 0;
+}

@@ -1,0 +1,50 @@
+/* SPDX-License-Identifier: MIT */
+/* libstasis: checkpoint and restore of process trees that use NVIDIA GPUs.
+ * Every function returns 0 or a negative errno-style value with *err set. */
+#ifndef STASIS_H
+#define STASIS_H
+
+#include <stdbool.h>
+#include <sys/types.h>
+
+#include "error.h"
+#include "manifest.h"
+
+#define STASIS_VERSION "0.1.0"
+
+struct stasis_checkpoint_options {
+	pid_t pid;
+	const char *dir;
+	bool leave_running;
+	bool shell_job;
+	bool tcp_established;
+	unsigned int lock_timeout_ms;
+};
+
+/* Checkpoint the tree rooted at pid into dir; m receives the manifest. */
+int stasis_checkpoint(const struct stasis_checkpoint_options *opts, struct manifest *m,
+		      struct stasis_error **err);
+
+struct stasis_restore_options {
+	const char *dir;
+	bool detach;	     /* leave the restored tree to init */
+	const char *gpu_map; /* "OLD=NEW,..." or NULL */
+};
+
+/* Restore the image in dir. m receives the manifest with restore timings;
+ * root_out the PID of the restored root (a child of the caller unless
+ * detach). */
+int stasis_restore(const struct stasis_restore_options *opts, struct manifest *m,
+		   pid_t *root_out, struct stasis_error **err);
+
+/* Stats as podman prints them: phases, per-process GPU timings, sizes. */
+char *stasis_stats_json(const struct manifest *m);
+
+/* Set by SIGINT/SIGTERM while an operation runs: it stops and rolls back. */
+void stasis_install_interrupt_handlers(void);
+bool stasis_interrupted(void);
+
+/* Must be root: CRIU and the driver's checkpoint API need it. */
+int stasis_require_root(struct stasis_error **err);
+
+#endif

@@ -1,0 +1,38 @@
+/* SPDX-License-Identifier: MIT */
+/* --print-stats: podman's shape, every duration in microseconds. */
+#include <json-c/json.h>
+#include <string.h>
+
+#include "stasis.h"
+
+char *stasis_stats_json(const struct manifest *m)
+{
+	json_object *root = json_object_new_object();
+	json_object *phases = json_object_new_object();
+	json_object *procs = json_object_new_array();
+	char *text;
+
+	for (size_t i = 0; i < m->nphases; i++)
+		json_object_object_add(phases, m->phases[i].name,
+				       json_object_new_uint64(m->phases[i].usec));
+	json_object_object_add(root, "phases_us", phases);
+	for (size_t i = 0; i < m->nprocs; i++) {
+		const struct manifest_process *p = &m->procs[i];
+		json_object *o;
+
+		if (!p->cuda)
+			continue;
+		o = json_object_new_object();
+		json_object_object_add(o, "pid", json_object_new_int(p->pid));
+		json_object_object_add(o, "gpu_bytes", json_object_new_uint64(p->gpu_bytes));
+		json_object_object_add(o, "lock_us", json_object_new_uint64(p->lock_us));
+		json_object_object_add(o, "checkpoint_us", json_object_new_uint64(p->checkpoint_us));
+		json_object_array_add(procs, o);
+	}
+	json_object_object_add(root, "cuda_processes", procs);
+	json_object_object_add(root, "processes", json_object_new_int((int)m->nprocs));
+	json_object_object_add(root, "image_bytes", json_object_new_uint64(m->image_bytes));
+	text = strdup(json_object_to_json_string_ext(root, JSON_C_TO_STRING_PLAIN));
+	json_object_put(root);
+	return text;
+}

@@ -1,0 +1,77 @@
+/* SPDX-License-Identifier: MIT */
+/* Small helpers shared by the whole library: cleanup attributes, ownership
+ * transfer, time, and file utilities. */
+#ifndef STASIS_UTIL_H
+#define STASIS_UTIL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+
+static inline void freep(void *p)
+{
+	free(*(void **)p);
+}
+
+static inline void closep(int *fd)
+{
+	if (*fd >= 0)
+		close(*fd);
+}
+
+static inline void fclosep(FILE **f)
+{
+	if (*f)
+		fclose(*f);
+}
+
+#define _cleanup_(f) __attribute__((cleanup(f)))
+#define _cleanup_free_ _cleanup_(freep)
+#define _cleanup_close_ _cleanup_(closep)
+#define _cleanup_fclose_ _cleanup_(fclosep)
+
+/* Hand the value of a cleanup variable to someone else: the variable is
+ * reset so that its cleanup does nothing. */
+#define TAKE_PTR(p)                         \
+	({                                  \
+		__typeof__(p) _taken = (p); \
+		(p) = NULL;                 \
+		_taken;                     \
+	})
+#define TAKE_FD(fd)                \
+	({                         \
+		int _taken = (fd); \
+		(fd) = -1;         \
+		_taken;            \
+	})
+
+/* Monotonic time in microseconds. */
+uint64_t now_usec(void);
+
+/* Read a whole small file (procfs, sysfs) into a NUL-terminated buffer. */
+char *read_file_str(const char *path, size_t *len_out);
+
+/* Write all of buf, retrying on short writes and EINTR; -errno on failure. */
+int write_all(int fd, const void *buf, size_t len);
+
+/* Write a file atomically: temp file, fsync, rename, fsync of the folder. */
+int write_file_atomic(const char *dir, const char *name, const char *data, size_t len);
+
+/* mkdir -p with mode 0755; -errno on failure. */
+int mkdir_p(const char *path);
+
+/* 0 if the directory holds nothing, 1 if it holds something, -errno. */
+int dir_is_empty(const char *path);
+
+/* Strip trailing whitespace in place and return s. */
+char *strip_trailing(char *s);
+
+/* Human-readable byte count ("4.0 GiB") into buf. */
+const char *format_bytes(uint64_t bytes, char *buf, size_t len);
+
+#endif
