@@ -185,6 +185,21 @@ static int criu_failure(struct stasis_error **err, const char *what, int ret, co
 	return stasis_error_hint(err, "full log: %s", log_path);
 }
 
+int criu_run_check(struct stasis_error **err)
+{
+	criu_opts *opts = NULL;
+	int r = new_opts(&opts, err);
+
+	if (r < 0)
+		return r;
+	r = criu_local_check(opts);
+	criu_local_free_opts(opts);
+	if (r < 0)
+		return stasis_error_set(err, EIO, STASIS_DOMAIN_CRIU, r,
+					"'criu check' found this kernel lacking (%d)", r);
+	return 0;
+}
+
 static criu_notify_fn current_notify;
 
 static int notify_trampoline(char *action, criu_notify_arg_t arg)

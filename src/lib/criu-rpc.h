@@ -48,6 +48,9 @@ int criu_version(struct stasis_error **err);
 /* "4.1.1" for 40101 into buf. */
 const char *criu_version_string(int version, char *buf, size_t len);
 
+/* CRIU's own "criu check". */
+int criu_run_check(struct stasis_error **err);
+
 int criu_run_dump(const struct criu_dump_request *req, struct stasis_error **err);
 
 /* Returns the PID of the restored root through root_out. */

@@ -1,0 +1,199 @@
+/* SPDX-License-Identifier: MIT */
+/* stasis ps: every CUDA process of the machine, what it holds, and what
+ * would block its checkpoint. */
+#include <dirent.h>
+#include <getopt.h>
+#include <json-c/json.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "cuda-api.h"
+#include "nvml.h"
+#include "proc.h"
+#include "util.h"
+
+struct ps_entry {
+	pid_t pid;
+	char comm[32];
+	char state[16]; /* CUDA state, or "none" */
+	char gpus[256];
+	uint64_t gpu_bytes;
+	char container[96];
+	char blockers[256];
+};
+
+/* /dev/nvidia* file descriptors, and shared device mappings that only
+ * managed (UVM) memory makes. */
+static void scan_nvidia_refs(pid_t pid, int *fds, bool *managed)
+{
+	char path[64];
+	DIR *d;
+	struct dirent *de;
+	_cleanup_free_ char *maps = NULL;
+
+	*fds = 0;
+	snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
+	d = opendir(path);
+	while (d && (de = readdir(d))) {
+		char link[128], target[256];
+		ssize_t n;
+
+		snprintf(link, sizeof(link), "/proc/%d/fd/%s", (int)pid, de->d_name);
+		n = readlink(link, target, sizeof(target) - 1);
+		if (n <= 0)
+			continue;
+		target[n] = '\0';
+		*fds += strncmp(target, "/dev/nvidia", 11) == 0;
+	}
+	if (d)
+		closedir(d);
+	snprintf(path, sizeof(path), "/proc/%d/maps", (int)pid);
+	maps = read_file_str(path, NULL);
+	*managed = maps && strstr(maps, "-w-s") && strstr(maps, "/dev/nvidia");
+}
+
+/* Container runtimes leave their mark in the cgroup path. */
+static void container_of(pid_t pid, char *out, size_t len)
+{
+	static const char *const marks[] = { "docker-", "docker/", "cri-containerd-", "containerd",
+					     "kubepods", "crio-", "libpod-", "runc" };
+	char path[64];
+	_cleanup_free_ char *cg = NULL;
+
+	snprintf(out, len, "-");
+	snprintf(path, sizeof(path), "/proc/%d/cgroup", (int)pid);
+	cg = read_file_str(path, NULL);
+	if (!cg)
+		return;
+	for (size_t i = 0; i < ARRAY_SIZE(marks); i++) {
+		char *hit = strstr(cg, marks[i]);
+		char *end;
+
+		if (!hit)
+			continue;
+		end = strpbrk(hit, "\n");
+		if (end)
+			*end = '\0';
+		snprintf(out, len, "%s", hit);
+		return;
+	}
+}
+
+static bool describe(pid_t pid, const struct nvml_gpu *gpus, const struct nvml_process *np,
+		     size_t nnp, struct ps_entry *e)
+{
+	enum cuda_process_state state;
+	bool cuda = cuda_available() && cuda_get_state(pid, &state) == CUDA_RES_SUCCESS;
+	bool managed = false, on_gpu = false;
+	int fds = 0;
+
+	memset(e, 0, sizeof(*e));
+	for (size_t i = 0; i < nnp; i++)
+		if (np[i].pid == pid)
+			on_gpu = true;
+	scan_nvidia_refs(pid, &fds, &managed);
+	if (!cuda && !on_gpu && fds == 0)
+		return false;
+	e->pid = pid;
+	proc_comm(pid, e->comm, sizeof(e->comm));
+	snprintf(e->state, sizeof(e->state), "%s", cuda ? cuda_state_name(state) : "none");
+	for (size_t i = 0; i < nnp; i++) {
+		size_t len = strlen(e->gpus);
+
+		if (np[i].pid != pid)
+			continue;
+		snprintf(e->gpus + len, sizeof(e->gpus) - len, "%s%d:%s", len ? "," : "",
+			 gpus[np[i].gpu].index, gpus[np[i].gpu].uuid);
+		e->gpu_bytes += np[i].used_bytes;
+	}
+	container_of(pid, e->container, sizeof(e->container));
+	if (managed)
+		snprintf(e->blockers, sizeof(e->blockers), "managed (UVM) memory");
+	if (!cuda && fds)
+		snprintf(e->blockers + strlen(e->blockers), sizeof(e->blockers) - strlen(e->blockers),
+			 "%s/dev/nvidia* held without a CUDA context (%d fds)",
+			 e->blockers[0] ? "; " : "", fds);
+	return true;
+}
+
+static void print_entries(const struct ps_entry *e, size_t n, bool json)
+{
+	char size[32];
+
+	if (json) {
+		json_object *arr = json_object_new_array();
+
+		for (size_t i = 0; i < n; i++) {
+			json_object *o = json_object_new_object();
+
+			json_object_object_add(o, "pid", json_object_new_int(e[i].pid));
+			json_object_object_add(o, "command", json_object_new_string(e[i].comm));
+			json_object_object_add(o, "state", json_object_new_string(e[i].state));
+			json_object_object_add(o, "gpus", json_object_new_string(e[i].gpus));
+			json_object_object_add(o, "gpu_bytes", json_object_new_uint64(e[i].gpu_bytes));
+			json_object_object_add(o, "container", json_object_new_string(e[i].container));
+			json_object_object_add(o, "blockers", json_object_new_string(e[i].blockers));
+			json_object_array_add(arr, o);
+		}
+		printf("%s\n", json_object_to_json_string_ext(arr, JSON_C_TO_STRING_PRETTY));
+		json_object_put(arr);
+		return;
+	}
+	printf("%-8s %-16s %-13s %-10s %-12s %s\n", "PID", "COMMAND", "STATE", "GPU MEM",
+	       "CONTAINER", "GPUS / BLOCKERS");
+	for (size_t i = 0; i < n; i++)
+		printf("%-8d %-16s %-13s %-10s %-12.12s %s%s%s\n", (int)e[i].pid, e[i].comm,
+		       e[i].state, format_bytes(e[i].gpu_bytes, size, sizeof(size)), e[i].container,
+		       e[i].gpus[0] ? e[i].gpus : "-", e[i].blockers[0] ? "  BLOCKED: " : "",
+		       e[i].blockers);
+}
+
+int cmd_ps(int argc, char **argv)
+{
+	static const struct option options[] = {
+		{ "json", no_argument, NULL, 'j' },
+		{ NULL, 0, NULL, 0 },
+	};
+	_cleanup_error_ struct stasis_error *err = NULL;
+	_cleanup_free_ struct nvml_gpu *gpus = NULL;
+	_cleanup_free_ struct nvml_process *np = NULL;
+	_cleanup_free_ struct ps_entry *entries = NULL;
+	size_t ngpus = 0, nnp = 0, n = 0, cap = 0;
+	bool json = false;
+	DIR *d;
+	struct dirent *de;
+	int c;
+
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, "", options, NULL)) != -1) {
+		if (c != 'j')
+			return cli_usage_error("ps", "unknown option '%s'", argv[optind - 1]);
+		json = true;
+	}
+	if (nvml_gpus(&gpus, &ngpus, &err) < 0 && !cuda_available())
+		return cli_fail("ps", err);
+	nvml_processes(gpus, ngpus, &np, &nnp, NULL);
+	d = opendir("/proc");
+	while (d && (de = readdir(d))) {
+		pid_t pid = (pid_t)atoi(de->d_name);
+
+		if (pid <= 0 || pid == getpid())
+			continue;
+		if (n == cap) {
+			struct ps_entry *bigger = realloc(entries, (cap = cap ? cap * 2 : 16) * sizeof(*bigger));
+
+			if (!bigger)
+				break;
+			entries = bigger;
+		}
+		if (describe(pid, gpus, np, nnp, &entries[n]))
+			n++;
+	}
+	if (d)
+		closedir(d);
+	print_entries(entries, n, json);
+	return EXIT_OK;
+}
