@@ -104,4 +104,6 @@ bench-cpu: all
 clean:
 	rm -rf $(BUILD)/obj $(BUILD)/san $(BUILD)/bin $(BUILD)/tests $(BUILD)/fake
 
+.SECONDARY:
+
 -include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(SAN_OBJ:.o=.d)

@@ -29,7 +29,7 @@ int cli_fail(const char *command, struct stasis_error *err);
 
 /* Print "stasis CMD: what (see 'stasis help CMD')" and return EXIT_USAGE. */
 int cli_usage_error(const char *command, const char *fmt, ...)
-	__attribute__((format(printf, 2, 3)));
+    __attribute__((format(printf, 2, 3)));
 
 /* Parse a PID argument; false when it is not a positive number. */
 bool cli_parse_pid(const char *text, pid_t *pid);

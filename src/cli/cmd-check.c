@@ -31,7 +31,7 @@ static void item(struct report *rep, enum level level, const char *name, const c
 static void item(struct report *rep, enum level level, const char *name, const char *remedy,
 		 const char *fmt, ...)
 {
-	static const char *const names[] = { "ok", "warning", "error" };
+	static const char *const names[] = {"ok", "warning", "error"};
 	char detail[512];
 	va_list ap;
 
@@ -76,8 +76,8 @@ static void check_driver(struct report *rep)
 		     cuda % 1000 / 10);
 	else if (cuda < CUDA_VERSION_GPU_REMAP)
 		item(rep, WARNING, "nvidia-driver", "driver 580 or newer restores onto other GPUs",
-		     "%s (CUDA %d.%d): checkpoints work, restore onto other GPUs does not",
-		     version, cuda / 1000, cuda % 1000 / 10);
+		     "%s (CUDA %d.%d): checkpoints work, restore onto other GPUs does not", version,
+		     cuda / 1000, cuda % 1000 / 10);
 	else
 		item(rep, OK, "nvidia-driver", NULL, "%s (CUDA %d.%d), GPU remapping supported",
 		     version, cuda / 1000, cuda % 1000 / 10);
@@ -117,7 +117,8 @@ static void check_gpus(struct report *rep)
 	}
 	if (persistence_off)
 		item(rep, WARNING, "persistence-mode", "nvidia-smi -pm 1",
-		     "off on %d of %zu GPUs: each restore pays the driver's start-up", persistence_off, n);
+		     "off on %d of %zu GPUs: each restore pays the driver's start-up",
+		     persistence_off, n);
 	else
 		item(rep, OK, "persistence-mode", NULL, "on for all %zu GPUs", n);
 	if (mig_on)
@@ -144,9 +145,9 @@ static void check_criu(struct report *rep)
 		return;
 	}
 	if (criu_run_check(&check_err) < 0)
-		item(rep, ERROR, "criu", "run 'criu check' to see what is missing", "CRIU %s at %s: %s",
-		     criu_version_string(v, version, sizeof(version)), criu_binary(),
-		     check_err->message);
+		item(rep, ERROR, "criu", "run 'criu check' to see what is missing",
+		     "CRIU %s at %s: %s", criu_version_string(v, version, sizeof(version)),
+		     criu_binary(), check_err->message);
 	else
 		item(rep, OK, "criu", NULL, "CRIU %s at %s, 'criu check' looks good",
 		     criu_version_string(v, version, sizeof(version)), criu_binary());
@@ -172,7 +173,8 @@ static void check_breakpoints(struct report *rep)
 
 static void check_thp(struct report *rep)
 {
-	_cleanup_free_ char *thp = read_file_str("/sys/kernel/mm/transparent_hugepage/enabled", NULL);
+	_cleanup_free_ char *thp =
+	    read_file_str("/sys/kernel/mm/transparent_hugepage/enabled", NULL);
 
 	if (!thp)
 		item(rep, WARNING, "huge-pages", NULL, "transparent huge pages setting unreadable");
@@ -189,10 +191,10 @@ static void check_thp(struct report *rep)
 int cmd_check(int argc, char **argv)
 {
 	static const struct option options[] = {
-		{ "json", no_argument, NULL, 'j' },
-		{ NULL, 0, NULL, 0 },
+	    {"json", no_argument, NULL, 'j'},
+	    {NULL, 0, NULL, 0},
 	};
-	struct report rep = { 0 };
+	struct report rep = {0};
 	int c;
 
 	opterr = 0;
@@ -207,7 +209,8 @@ int cmd_check(int argc, char **argv)
 	if (geteuid() == 0)
 		item(&rep, OK, "root", NULL, "running as root");
 	else
-		item(&rep, ERROR, "root", "run stasis as root", "CRIU and the driver's checkpoint API need root");
+		item(&rep, ERROR, "root", "run stasis as root",
+		     "CRIU and the driver's checkpoint API need root");
 	check_driver(&rep);
 	check_gpus(&rep);
 	check_criu(&rep);

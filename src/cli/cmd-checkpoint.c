@@ -10,15 +10,15 @@
 int cmd_checkpoint(int argc, char **argv)
 {
 	static const struct option options[] = {
-		{ "images-dir", required_argument, NULL, 'D' },
-		{ "leave-running", no_argument, NULL, 'R' },
-		{ "shell-job", no_argument, NULL, 's' },
-		{ "tcp-established", no_argument, NULL, 'T' },
-		{ "timeout", required_argument, NULL, 't' },
-		{ "print-stats", no_argument, NULL, 'P' },
-		{ NULL, 0, NULL, 0 },
+	    {"images-dir", required_argument, NULL, 'D'},
+	    {"leave-running", no_argument, NULL, 'R'},
+	    {"shell-job", no_argument, NULL, 's'},
+	    {"tcp-established", no_argument, NULL, 'T'},
+	    {"timeout", required_argument, NULL, 't'},
+	    {"print-stats", no_argument, NULL, 'P'},
+	    {NULL, 0, NULL, 0},
 	};
-	struct stasis_checkpoint_options o = { 0 };
+	struct stasis_checkpoint_options o = {0};
 	_cleanup_error_ struct stasis_error *err = NULL;
 	struct manifest m;
 	bool stats = false;
@@ -42,13 +42,15 @@ int cmd_checkpoint(int argc, char **argv)
 		case 't':
 			o.lock_timeout_ms = (unsigned int)strtoul(optarg, NULL, 10);
 			if (!o.lock_timeout_ms)
-				return cli_usage_error("checkpoint", "--timeout wants milliseconds > 0");
+				return cli_usage_error("checkpoint",
+						       "--timeout wants milliseconds > 0");
 			break;
 		case 'P':
 			stats = true;
 			break;
 		default:
-			return cli_usage_error("checkpoint", "unknown option '%s'", argv[optind - 1]);
+			return cli_usage_error("checkpoint", "unknown option '%s'",
+					       argv[optind - 1]);
 		}
 	}
 	if (optind != argc - 1)

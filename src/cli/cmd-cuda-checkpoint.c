@@ -12,27 +12,27 @@
 #include "util.h"
 
 static const char help_text[] =
-	"CUDA checkpoint and restore utility.\n"
-	"Toggles the state of CUDA within a process between suspended and running.\n"
-	"(stasis implementation, calling the driver's checkpoint API directly)\n"
-	"\n"
-	"    --toggle --pid <value>\n"
-	"        Toggle the state of CUDA in the specified process: a running process is\n"
-	"        locked and checkpointed, a checkpointed one restored and unlocked.\n"
-	"\n"
-	"    --get-state --pid <value>\n"
-	"        Print the CUDA state of the process: running, locked, checkpointed or failed.\n"
-	"\n"
-	"    --get-restore-tid --pid <value>\n"
-	"        Print the thread ID of the process's CUDA restore thread.\n"
-	"\n"
-	"    --action <value> --pid <value> [--timeout <value>] [--device-map <value>]\n"
-	"        Perform one step: lock, checkpoint, restore or unlock.\n"
-	"        --timeout <ms>   lock timeout in milliseconds (0: none)\n"
-	"        --device-map old_uuid=new_uuid,...   GPUs to restore onto\n"
-	"\n"
-	"    --help, -h\n"
-	"        Print this help.\n";
+    "CUDA checkpoint and restore utility.\n"
+    "Toggles the state of CUDA within a process between suspended and running.\n"
+    "(stasis implementation, calling the driver's checkpoint API directly)\n"
+    "\n"
+    "    --toggle --pid <value>\n"
+    "        Toggle the state of CUDA in the specified process: a running process is\n"
+    "        locked and checkpointed, a checkpointed one restored and unlocked.\n"
+    "\n"
+    "    --get-state --pid <value>\n"
+    "        Print the CUDA state of the process: running, locked, checkpointed or failed.\n"
+    "\n"
+    "    --get-restore-tid --pid <value>\n"
+    "        Print the thread ID of the process's CUDA restore thread.\n"
+    "\n"
+    "    --action <value> --pid <value> [--timeout <value>] [--device-map <value>]\n"
+    "        Perform one step: lock, checkpoint, restore or unlock.\n"
+    "        --timeout <ms>   lock timeout in milliseconds (0: none)\n"
+    "        --device-map old_uuid=new_uuid,...   GPUs to restore onto\n"
+    "\n"
+    "    --help, -h\n"
+    "        Print this help.\n";
 
 struct cc_options {
 	bool toggle, get_state, get_tid;
@@ -121,15 +121,15 @@ static int do_toggle(const struct cc_options *o)
 static int parse(int argc, char **argv, struct cc_options *o)
 {
 	static const struct option options[] = {
-		{ "toggle", no_argument, NULL, 'T' },
-		{ "get-state", no_argument, NULL, 'g' },
-		{ "get-restore-tid", no_argument, NULL, 'r' },
-		{ "action", required_argument, NULL, 'a' },
-		{ "pid", required_argument, NULL, 'p' },
-		{ "timeout", required_argument, NULL, 't' },
-		{ "device-map", required_argument, NULL, 'm' },
-		{ "help", no_argument, NULL, 'h' },
-		{ NULL, 0, NULL, 0 },
+	    {"toggle", no_argument, NULL, 'T'},
+	    {"get-state", no_argument, NULL, 'g'},
+	    {"get-restore-tid", no_argument, NULL, 'r'},
+	    {"action", required_argument, NULL, 'a'},
+	    {"pid", required_argument, NULL, 'p'},
+	    {"timeout", required_argument, NULL, 't'},
+	    {"device-map", required_argument, NULL, 'm'},
+	    {"help", no_argument, NULL, 'h'},
+	    {NULL, 0, NULL, 0},
 	};
 	int c;
 
@@ -174,7 +174,7 @@ static int parse(int argc, char **argv, struct cc_options *o)
 int cmd_cuda_checkpoint(int argc, char **argv)
 {
 	_cleanup_error_ struct stasis_error *err = NULL;
-	struct cc_options o = { 0 };
+	struct cc_options o = {0};
 
 	if (argc < 2) {
 		fputs(help_text, stdout);

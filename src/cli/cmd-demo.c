@@ -88,8 +88,8 @@ static int run_demo(const char *base)
 {
 	_cleanup_error_ struct stasis_error *err = NULL;
 	char work[4096], image[4096], why[256], size[32];
-	struct stasis_checkpoint_options co = { 0 };
-	struct stasis_restore_options ro = { 0 };
+	struct stasis_checkpoint_options co = {0};
+	struct stasis_restore_options ro = {0};
 	unsigned long long at_checkpoint, last;
 	struct manifest m;
 	pid_t pid, root;

@@ -22,17 +22,20 @@ static int preflight(struct gpu_batch *batch, bool suspend, struct stasis_error 
 
 		if (r != CUDA_RES_SUCCESS) {
 			cuda_error(err, r, "getting the CUDA state", p->pid);
-			return stasis_error_hint(err, "is PID %d a CUDA process? (stasis ps)", (int)p->pid);
+			return stasis_error_hint(err, "is PID %d a CUDA process? (stasis ps)",
+						 (int)p->pid);
 		}
 		p->state = state;
 		if (suspend && state != CUDA_PROCESS_RUNNING) {
-			stasis_error_set(err, EBUSY, STASIS_DOMAIN_CUDA, 0, "PID %d is %s, not running",
-					 (int)p->pid, cuda_state_name(state));
+			stasis_error_set(err, EBUSY, STASIS_DOMAIN_CUDA, 0,
+					 "PID %d is %s, not running", (int)p->pid,
+					 cuda_state_name(state));
 			return stasis_error_hint(err, "only running processes can be suspended");
 		}
 		if (!suspend && state != CUDA_PROCESS_CHECKPOINTED) {
-			stasis_error_set(err, EBUSY, STASIS_DOMAIN_CUDA, 0, "PID %d is %s, not checkpointed",
-					 (int)p->pid, cuda_state_name(state));
+			stasis_error_set(err, EBUSY, STASIS_DOMAIN_CUDA, 0,
+					 "PID %d is %s, not checkpointed", (int)p->pid,
+					 cuda_state_name(state));
 			return stasis_error_hint(err, "only suspended processes can be resumed");
 		}
 	}
@@ -51,8 +54,8 @@ static void print_result(const struct gpu_batch *batch, bool suspend, bool json,
 				printf("PID %d: checkpointed (lock %.1f ms, checkpoint %.1f ms)\n",
 				       (int)p->pid, p->lock_us / 1000.0, p->checkpoint_us / 1000.0);
 			else
-				printf("PID %d: running (restore %.1f ms, unlock %.1f ms)\n", (int)p->pid,
-				       p->restore_us / 1000.0, p->unlock_us / 1000.0);
+				printf("PID %d: running (restore %.1f ms, unlock %.1f ms)\n",
+				       (int)p->pid, p->restore_us / 1000.0, p->unlock_us / 1000.0);
 		}
 		printf("%zu process%s %s in %.1f ms\n", batch->n, batch->n == 1 ? "" : "es",
 		       suspend ? "suspended" : "resumed", total / 1000.0);
@@ -65,11 +68,14 @@ static void print_result(const struct gpu_batch *batch, bool suspend, bool json,
 		json_object *o = json_object_new_object();
 
 		json_object_object_add(o, "pid", json_object_new_int(p->pid));
-		json_object_object_add(o, "state", json_object_new_string(cuda_state_name(p->state)));
-		json_object_object_add(o, suspend ? "lock_us" : "restore_us",
-				       json_object_new_uint64(suspend ? p->lock_us : p->restore_us));
-		json_object_object_add(o, suspend ? "checkpoint_us" : "unlock_us",
-				       json_object_new_uint64(suspend ? p->checkpoint_us : p->unlock_us));
+		json_object_object_add(o, "state",
+				       json_object_new_string(cuda_state_name(p->state)));
+		json_object_object_add(
+		    o, suspend ? "lock_us" : "restore_us",
+		    json_object_new_uint64(suspend ? p->lock_us : p->restore_us));
+		json_object_object_add(
+		    o, suspend ? "checkpoint_us" : "unlock_us",
+		    json_object_new_uint64(suspend ? p->checkpoint_us : p->unlock_us));
 		json_object_array_add(procs, o);
 	}
 	json_object_object_add(root, "processes", procs);
@@ -81,12 +87,12 @@ static void print_result(const struct gpu_batch *batch, bool suspend, bool json,
 int cmd_gpu(int argc, char **argv)
 {
 	static const struct option options[] = {
-		{ "timeout", required_argument, NULL, 't' },
-		{ "json", no_argument, NULL, 'j' },
-		{ NULL, 0, NULL, 0 },
+	    {"timeout", required_argument, NULL, 't'},
+	    {"json", no_argument, NULL, 'j'},
+	    {NULL, 0, NULL, 0},
 	};
 	_cleanup_error_ struct stasis_error *err = NULL;
-	struct gpu_batch batch = { .lock_timeout_ms = GPU_DEFAULT_LOCK_TIMEOUT_MS };
+	struct gpu_batch batch = {.lock_timeout_ms = GPU_DEFAULT_LOCK_TIMEOUT_MS};
 	bool json = false, suspend;
 	uint64_t start;
 	int c, r;

@@ -76,8 +76,8 @@ static void print_human(const char *dir, const struct manifest *m)
 int cmd_inspect(int argc, char **argv)
 {
 	static const struct option options[] = {
-		{ "json", no_argument, NULL, 'j' },
-		{ NULL, 0, NULL, 0 },
+	    {"json", no_argument, NULL, 'j'},
+	    {NULL, 0, NULL, 0},
 	};
 	_cleanup_error_ struct stasis_error *err = NULL;
 	struct manifest m;

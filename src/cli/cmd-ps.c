@@ -58,8 +58,8 @@ static void scan_nvidia_refs(pid_t pid, int *fds, bool *managed)
 /* Container runtimes leave their mark in the cgroup path. */
 static void container_of(pid_t pid, char *out, size_t len)
 {
-	static const char *const marks[] = { "docker-", "docker/", "cri-containerd-", "containerd",
-					     "kubepods", "crio-", "libpod-", "runc" };
+	static const char *const marks[] = {"docker-",	"docker/", "cri-containerd-", "containerd",
+					    "kubepods", "crio-",   "libpod-",	      "runc"};
 	char path[64];
 	_cleanup_free_ char *cg = NULL;
 
@@ -113,7 +113,8 @@ static bool describe(pid_t pid, const struct nvml_gpu *gpus, const struct nvml_p
 	if (managed)
 		snprintf(e->blockers, sizeof(e->blockers), "managed (UVM) memory");
 	if (!cuda && fds)
-		snprintf(e->blockers + strlen(e->blockers), sizeof(e->blockers) - strlen(e->blockers),
+		snprintf(e->blockers + strlen(e->blockers),
+			 sizeof(e->blockers) - strlen(e->blockers),
 			 "%s/dev/nvidia* held without a CUDA context (%d fds)",
 			 e->blockers[0] ? "; " : "", fds);
 	return true;
@@ -133,9 +134,12 @@ static void print_entries(const struct ps_entry *e, size_t n, bool json)
 			json_object_object_add(o, "command", json_object_new_string(e[i].comm));
 			json_object_object_add(o, "state", json_object_new_string(e[i].state));
 			json_object_object_add(o, "gpus", json_object_new_string(e[i].gpus));
-			json_object_object_add(o, "gpu_bytes", json_object_new_uint64(e[i].gpu_bytes));
-			json_object_object_add(o, "container", json_object_new_string(e[i].container));
-			json_object_object_add(o, "blockers", json_object_new_string(e[i].blockers));
+			json_object_object_add(o, "gpu_bytes",
+					       json_object_new_uint64(e[i].gpu_bytes));
+			json_object_object_add(o, "container",
+					       json_object_new_string(e[i].container));
+			json_object_object_add(o, "blockers",
+					       json_object_new_string(e[i].blockers));
 			json_object_array_add(arr, o);
 		}
 		printf("%s\n", json_object_to_json_string_ext(arr, JSON_C_TO_STRING_PRETTY));
@@ -154,8 +158,8 @@ static void print_entries(const struct ps_entry *e, size_t n, bool json)
 int cmd_ps(int argc, char **argv)
 {
 	static const struct option options[] = {
-		{ "json", no_argument, NULL, 'j' },
-		{ NULL, 0, NULL, 0 },
+	    {"json", no_argument, NULL, 'j'},
+	    {NULL, 0, NULL, 0},
 	};
 	_cleanup_error_ struct stasis_error *err = NULL;
 	_cleanup_free_ struct nvml_gpu *gpus = NULL;
@@ -183,7 +187,8 @@ int cmd_ps(int argc, char **argv)
 		if (pid <= 0 || pid == getpid())
 			continue;
 		if (n == cap) {
-			struct ps_entry *bigger = realloc(entries, (cap = cap ? cap * 2 : 16) * sizeof(*bigger));
+			struct ps_entry *bigger =
+			    realloc(entries, (cap = cap ? cap * 2 : 16) * sizeof(*bigger));
 
 			if (!bigger)
 				break;

@@ -22,7 +22,7 @@ static void forward_signal(int sig)
 
 static int wait_for_workload(pid_t root)
 {
-	struct sigaction sa = { .sa_handler = forward_signal };
+	struct sigaction sa = {.sa_handler = forward_signal};
 	int status;
 
 	sigemptyset(&sa.sa_mask);
@@ -41,14 +41,11 @@ static int wait_for_workload(pid_t root)
 int cmd_restore(int argc, char **argv)
 {
 	static const struct option options[] = {
-		{ "images-dir", required_argument, NULL, 'D' },
-		{ "detach", no_argument, NULL, 'd' },
-		{ "restore-detached", no_argument, NULL, 'd' },
-		{ "gpu-map", required_argument, NULL, 'g' },
-		{ "print-stats", no_argument, NULL, 'P' },
-		{ NULL, 0, NULL, 0 },
+	    {"images-dir", required_argument, NULL, 'D'}, {"detach", no_argument, NULL, 'd'},
+	    {"restore-detached", no_argument, NULL, 'd'}, {"gpu-map", required_argument, NULL, 'g'},
+	    {"print-stats", no_argument, NULL, 'P'},	  {NULL, 0, NULL, 0},
 	};
-	struct stasis_restore_options o = { 0 };
+	struct stasis_restore_options o = {0};
 	_cleanup_error_ struct stasis_error *err = NULL;
 	struct manifest m;
 	bool stats = false;

@@ -64,7 +64,7 @@ static void count(int out, unsigned int tick_ms)
 int demo_workload_main(int argc, char **argv)
 {
 	unsigned int tick_ms = argc > 2 ? (unsigned int)atoi(argv[2]) : 20;
-	struct sigaction sa = { .sa_handler = on_term };
+	struct sigaction sa = {.sa_handler = on_term};
 	uint64_t last = 0, value;
 	int log_fd, state_fd, fds[2];
 	pid_t child;

@@ -10,62 +10,62 @@
 #include "stasis.h"
 
 const struct command commands[] = {
-	{ "checkpoint", cmd_checkpoint, "checkpoint a process tree into an image directory",
-	  "usage: stasis checkpoint PID -D DIR [options]   (alias: dump)\n"
-	  "\n"
-	  "Checkpoint the process tree rooted at PID, GPU state included, into DIR.\n"
-	  "The tree stops unless --leave-running is given.\n"
-	  "\n"
-	  "  -D, --images-dir DIR  image directory (new or empty)\n"
-	  "  -R, --leave-running   keep the tree running after the checkpoint\n"
-	  "      --shell-job       the tree was started from a shell (shares its session)\n"
-	  "      --tcp-established checkpoint established TCP connections\n"
-	  "  -t, --timeout MS      CUDA lock timeout (default 10000)\n"
-	  "      --print-stats     print phase timings as JSON on stdout\n" },
-	{ "restore", cmd_restore, "restore a process tree from an image directory",
-	  "usage: stasis restore -D DIR [options]\n"
-	  "\n"
-	  "Restore the tree saved in DIR. stasis stays its parent and exits with the\n"
-	  "restored root's status, unless --detach is given.\n"
-	  "\n"
-	  "  -D, --images-dir DIR  image directory\n"
-	  "  -d, --detach          leave the restored tree running; print its PID\n"
-	  "      --gpu-map MAP     OLD=NEW,... GPUs by UUID or index\n"
-	  "      --print-stats     print phase timings as JSON on stdout\n" },
-	{ "inspect", cmd_inspect, "show what an image holds",
-	  "usage: stasis inspect DIR [--json]\n"
-	  "\n"
-	  "Process tree, options, GPUs, sizes, phase timings and versions of an image.\n" },
-	{ "demo", cmd_demo, "checkpoint and restore the built-in sample workload",
-	  "usage: stasis demo [DIR]\n"
-	  "\n"
-	  "Start a small workload (a counter ticking through a pipe between two\n"
-	  "processes, writing to a file), checkpoint it, let it die, restore it and\n"
-	  "show that it carried on where it stopped. DIR defaults to a new folder\n"
-	  "under /tmp.\n" },
-	{ "check", cmd_check, "is this machine ready for GPU checkpoints",
-	  "usage: stasis check [--json]\n"
-	  "\n"
-	  "Driver, CRIU, hardware breakpoints, persistence mode, MIG/MPS, transparent\n"
-	  "huge pages and root, each ok, warning or error with a remedy. Exits 1 on\n"
-	  "any error.\n" },
-	{ "ps", cmd_ps, "list the CUDA processes of this machine",
-	  "usage: stasis ps [--json]\n"
-	  "\n"
-	  "Every CUDA process: PID, command, GPUs, GPU memory, checkpoint state,\n"
-	  "container, and what would block its checkpoint.\n" },
-	{ "gpu", cmd_gpu, "suspend or resume GPU state in place",
-	  "usage: stasis gpu suspend PID... [-t MS] [--json]\n"
-	  "       stasis gpu resume PID... [--gpu-map MAP] [--json]\n"
-	  "\n"
-	  "suspend: lock and checkpoint each process's GPU state into its host\n"
-	  "memory, all in parallel; the GPU is freed and the process waits.\n"
-	  "resume: restore and unlock. On any failure every process touched goes\n"
-	  "back to running.\n" },
-	{ "cuda-checkpoint", cmd_cuda_checkpoint, "NVIDIA cuda-checkpoint compatible interface",
-	  "usage: stasis cuda-checkpoint --help   (or run it as 'cuda-checkpoint')\n" },
-	{ "help", cmd_help, "show help for a command", "usage: stasis help [COMMAND]\n" },
-	{ NULL, NULL, NULL, NULL },
+    {"checkpoint", cmd_checkpoint, "checkpoint a process tree into an image directory",
+     "usage: stasis checkpoint PID -D DIR [options]   (alias: dump)\n"
+     "\n"
+     "Checkpoint the process tree rooted at PID, GPU state included, into DIR.\n"
+     "The tree stops unless --leave-running is given.\n"
+     "\n"
+     "  -D, --images-dir DIR  image directory (new or empty)\n"
+     "  -R, --leave-running   keep the tree running after the checkpoint\n"
+     "      --shell-job       the tree was started from a shell (shares its session)\n"
+     "      --tcp-established checkpoint established TCP connections\n"
+     "  -t, --timeout MS      CUDA lock timeout (default 10000)\n"
+     "      --print-stats     print phase timings as JSON on stdout\n"},
+    {"restore", cmd_restore, "restore a process tree from an image directory",
+     "usage: stasis restore -D DIR [options]\n"
+     "\n"
+     "Restore the tree saved in DIR. stasis stays its parent and exits with the\n"
+     "restored root's status, unless --detach is given.\n"
+     "\n"
+     "  -D, --images-dir DIR  image directory\n"
+     "  -d, --detach          leave the restored tree running; print its PID\n"
+     "      --gpu-map MAP     OLD=NEW,... GPUs by UUID or index\n"
+     "      --print-stats     print phase timings as JSON on stdout\n"},
+    {"inspect", cmd_inspect, "show what an image holds",
+     "usage: stasis inspect DIR [--json]\n"
+     "\n"
+     "Process tree, options, GPUs, sizes, phase timings and versions of an image.\n"},
+    {"demo", cmd_demo, "checkpoint and restore the built-in sample workload",
+     "usage: stasis demo [DIR]\n"
+     "\n"
+     "Start a small workload (a counter ticking through a pipe between two\n"
+     "processes, writing to a file), checkpoint it, let it die, restore it and\n"
+     "show that it carried on where it stopped. DIR defaults to a new folder\n"
+     "under /tmp.\n"},
+    {"check", cmd_check, "is this machine ready for GPU checkpoints",
+     "usage: stasis check [--json]\n"
+     "\n"
+     "Driver, CRIU, hardware breakpoints, persistence mode, MIG/MPS, transparent\n"
+     "huge pages and root, each ok, warning or error with a remedy. Exits 1 on\n"
+     "any error.\n"},
+    {"ps", cmd_ps, "list the CUDA processes of this machine",
+     "usage: stasis ps [--json]\n"
+     "\n"
+     "Every CUDA process: PID, command, GPUs, GPU memory, checkpoint state,\n"
+     "container, and what would block its checkpoint.\n"},
+    {"gpu", cmd_gpu, "suspend or resume GPU state in place",
+     "usage: stasis gpu suspend PID... [-t MS] [--json]\n"
+     "       stasis gpu resume PID... [--gpu-map MAP] [--json]\n"
+     "\n"
+     "suspend: lock and checkpoint each process's GPU state into its host\n"
+     "memory, all in parallel; the GPU is freed and the process waits.\n"
+     "resume: restore and unlock. On any failure every process touched goes\n"
+     "back to running.\n"},
+    {"cuda-checkpoint", cmd_cuda_checkpoint, "NVIDIA cuda-checkpoint compatible interface",
+     "usage: stasis cuda-checkpoint --help   (or run it as 'cuda-checkpoint')\n"},
+    {"help", cmd_help, "show help for a command", "usage: stasis help [COMMAND]\n"},
+    {NULL, NULL, NULL, NULL},
 };
 
 static const struct command *find_command(const char *name)

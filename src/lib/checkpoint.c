@@ -30,7 +30,7 @@ static void on_interrupt(int sig)
 
 void stasis_install_interrupt_handlers(void)
 {
-	struct sigaction sa = { .sa_handler = on_interrupt };
+	struct sigaction sa = {.sa_handler = on_interrupt};
 
 	sigemptyset(&sa.sa_mask);
 	sigaction(SIGINT, &sa, NULL);
@@ -88,7 +88,8 @@ static int preflight_tree(const struct stasis_checkpoint_options *o, struct stas
 	if (proc_is_self_or_ancestor(o->pid)) {
 		stasis_error_set(err, EINVAL, STASIS_DOMAIN_USAGE, 0,
 				 "PID %d is stasis itself or one of its parents", (int)o->pid);
-		return stasis_error_hint(err, "checkpoint a process that stasis did not start from");
+		return stasis_error_hint(err,
+					 "checkpoint a process that stasis did not start from");
 	}
 	if (!o->shell_job && getsid(o->pid) != o->pid) {
 		stasis_error_set(err, EINVAL, STASIS_DOMAIN_USAGE, 0,
@@ -119,7 +120,8 @@ static int on_criu_notify(const char *action)
 		return 0;
 	manifest_add_phase(post_dump.m, "criu_dump", now_usec() - post_dump.dump_start);
 	start = now_usec();
-	post_dump.result = check_interrupted("sigterm-before-manifest", "writing the manifest", post_dump.err);
+	post_dump.result =
+	    check_interrupted("sigterm-before-manifest", "writing the manifest", post_dump.err);
 	if (post_dump.result == 0)
 		post_dump.result = image_checksum(post_dump.dir, post_dump.m, post_dump.err);
 	manifest_add_phase(post_dump.m, "checksum", now_usec() - start);
@@ -136,13 +138,13 @@ static int dump_tree(const struct stasis_checkpoint_options *o, struct manifest 
 {
 	char images[4096];
 	struct criu_dump_request req = {
-		.pid = o->pid,
-		.images_dir = images,
-		.log_file = "dump.log",
-		.leave_running = o->leave_running,
-		.shell_job = o->shell_job,
-		.tcp_established = o->tcp_established,
-		.notify = on_criu_notify,
+	    .pid = o->pid,
+	    .images_dir = images,
+	    .log_file = "dump.log",
+	    .leave_running = o->leave_running,
+	    .shell_job = o->shell_job,
+	    .tcp_established = o->tcp_established,
+	    .notify = on_criu_notify,
 	};
 	int r;
 
@@ -275,7 +277,8 @@ static int checkpoint_locked(const struct stasis_checkpoint_options *o, struct m
 		r = resume_gpus(batch, m, err);
 		if (r < 0) {
 			gpu_rollback(batch, err);
-			return stasis_error_wrap(err, "image written, but resuming the GPU work failed");
+			return stasis_error_wrap(err,
+						 "image written, but resuming the GPU work failed");
 		}
 	}
 	return 0;
@@ -284,7 +287,7 @@ static int checkpoint_locked(const struct stasis_checkpoint_options *o, struct m
 int stasis_checkpoint(const struct stasis_checkpoint_options *o, struct manifest *m,
 		      struct stasis_error **err)
 {
-	struct gpu_batch batch = { .lock_timeout_ms = o->lock_timeout_ms };
+	struct gpu_batch batch = {.lock_timeout_ms = o->lock_timeout_ms};
 	uint64_t start = now_usec();
 	int lock_fd, r;
 

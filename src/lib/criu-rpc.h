@@ -31,7 +31,7 @@ struct criu_restore_request {
 	const char *images_dir;
 	const char *work_dir; /* where the log goes */
 	const char *log_file;
-	bool detach;	      /* restored tree is not our child */
+	bool detach; /* restored tree is not our child */
 	bool shell_job;
 	bool tcp_established;
 	const char *const *inherit_keys; /* CRIU --inherit-fd: key and our fd */
@@ -55,7 +55,7 @@ int criu_run_dump(const struct criu_dump_request *req, struct stasis_error **err
 
 /* Returns the PID of the restored root through root_out. */
 int criu_run_restore(const struct criu_restore_request *req, pid_t *root_out,
-		 struct stasis_error **err);
+		     struct stasis_error **err);
 
 /* The last error lines of a CRIU log, joined with " | "; caller frees. */
 char *criu_log_errors(const char *log_path, int max_lines);

@@ -11,7 +11,8 @@
 
 #include "util.h"
 
-_Static_assert((int)CUDA_PROCESS_CHECKPOINTED == (int)CU_PROCESS_STATE_CHECKPOINTED, "state values");
+_Static_assert((int)CUDA_PROCESS_CHECKPOINTED == (int)CU_PROCESS_STATE_CHECKPOINTED,
+	       "state values");
 _Static_assert((int)CUDA_PROCESS_FAILED == (int)CU_PROCESS_STATE_FAILED, "state values");
 _Static_assert(sizeof(struct cuda_gpu_pair) == sizeof(CUcheckpointGpuPair), "gpu pair layout");
 _Static_assert(CUDA_RES_ILLEGAL_STATE == (int)CUDA_ERROR_ILLEGAL_STATE, "result values");
@@ -57,18 +58,18 @@ static const char *library_name(void)
 static void load(void)
 {
 	const struct symbol symbols[] = {
-		{ "cuInit", (void **)&ops.init, true },
-		{ "cuDriverGetVersion", (void **)&ops.driver_get_version, true },
-		{ "cuDeviceGetCount", (void **)&ops.device_get_count, true },
-		{ "cuDeviceGet", (void **)&ops.device_get, true },
-		{ "cuDeviceGetUuid_v2", (void **)&ops.device_get_uuid, false },
-		{ "cuGetErrorName", (void **)&ops.get_error_name, false },
-		{ "cuCheckpointProcessGetState", (void **)&ops.get_state, true },
-		{ "cuCheckpointProcessGetRestoreThreadId", (void **)&ops.get_restore_tid, true },
-		{ "cuCheckpointProcessLock", (void **)&ops.lock, true },
-		{ "cuCheckpointProcessCheckpoint", (void **)&ops.checkpoint, true },
-		{ "cuCheckpointProcessRestore", (void **)&ops.restore, true },
-		{ "cuCheckpointProcessUnlock", (void **)&ops.unlock, true },
+	    {"cuInit", (void **)&ops.init, true},
+	    {"cuDriverGetVersion", (void **)&ops.driver_get_version, true},
+	    {"cuDeviceGetCount", (void **)&ops.device_get_count, true},
+	    {"cuDeviceGet", (void **)&ops.device_get, true},
+	    {"cuDeviceGetUuid_v2", (void **)&ops.device_get_uuid, false},
+	    {"cuGetErrorName", (void **)&ops.get_error_name, false},
+	    {"cuCheckpointProcessGetState", (void **)&ops.get_state, true},
+	    {"cuCheckpointProcessGetRestoreThreadId", (void **)&ops.get_restore_tid, true},
+	    {"cuCheckpointProcessLock", (void **)&ops.lock, true},
+	    {"cuCheckpointProcessCheckpoint", (void **)&ops.checkpoint, true},
+	    {"cuCheckpointProcessRestore", (void **)&ops.restore, true},
+	    {"cuCheckpointProcessUnlock", (void **)&ops.unlock, true},
 	};
 	CUresult r;
 
@@ -174,7 +175,9 @@ const char *cuda_state_name(enum cuda_process_state state)
 
 int cuda_error(struct stasis_error **err, cuda_result r, const char *what, pid_t pid)
 {
-	int status = r == CUDA_ERROR_TIMEOUT ? ETIMEDOUT : r == CUDA_ERROR_NOT_SUPPORTED ? ENOTSUP : EIO;
+	int status = r == CUDA_ERROR_TIMEOUT	     ? ETIMEDOUT
+		     : r == CUDA_ERROR_NOT_SUPPORTED ? ENOTSUP
+						     : EIO;
 
 	if (pid > 0)
 		return stasis_error_set(err, status, STASIS_DOMAIN_CUDA, r, "%s of PID %d: %s (%d)",
@@ -199,14 +202,14 @@ cuda_result cuda_get_restore_tid(pid_t pid, int *tid)
 
 cuda_result cuda_lock(pid_t pid, unsigned int timeout_ms)
 {
-	CUcheckpointLockArgs args = { .timeoutMs = timeout_ms };
+	CUcheckpointLockArgs args = {.timeoutMs = timeout_ms};
 
 	return ops.lock(pid, &args);
 }
 
 cuda_result cuda_checkpoint(pid_t pid)
 {
-	CUcheckpointCheckpointArgs args = { 0 };
+	CUcheckpointCheckpointArgs args = {0};
 
 	return ops.checkpoint(pid, &args);
 }
@@ -225,7 +228,7 @@ cuda_result cuda_restore(pid_t pid, const struct cuda_gpu_pair *pairs, unsigned 
 
 cuda_result cuda_unlock(pid_t pid)
 {
-	CUcheckpointUnlockArgs args = { 0 };
+	CUcheckpointUnlockArgs args = {0};
 
 	return ops.unlock(pid, &args);
 }

@@ -51,7 +51,8 @@ int stasis_error_wrap(struct stasis_error **err, const char *fmt, ...)
 	va_start(ap, fmt);
 	prefix = vformat(fmt, ap);
 	va_end(ap);
-	if (prefix && asprintf(&joined, "%s: %s", prefix, (*err)->message ? (*err)->message : "") >= 0) {
+	if (prefix &&
+	    asprintf(&joined, "%s: %s", prefix, (*err)->message ? (*err)->message : "") >= 0) {
 		free((*err)->message);
 		(*err)->message = joined;
 	}

@@ -30,17 +30,17 @@ int stasis_error_set(struct stasis_error **err, int status, enum stasis_domain d
 		     const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 
 /* Shorthand for a system error: errno value and message. */
-#define stasis_error_errno(err, errnum, ...) \
+#define stasis_error_errno(err, errnum, ...)                                                       \
 	stasis_error_set(err, (errnum), STASIS_DOMAIN_SYSTEM, (errnum), __VA_ARGS__)
 
 /* Prefix context to an existing error ("restoring PID 42: <old message>")
  * and return its -status. */
 int stasis_error_wrap(struct stasis_error **err, const char *fmt, ...)
-	__attribute__((format(printf, 2, 3)));
+    __attribute__((format(printf, 2, 3)));
 
 /* Attach a remedy to an existing error; returns its -status. */
 int stasis_error_hint(struct stasis_error **err, const char *fmt, ...)
-	__attribute__((format(printf, 2, 3)));
+    __attribute__((format(printf, 2, 3)));
 
 const char *stasis_domain_name(enum stasis_domain domain);
 

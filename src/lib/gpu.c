@@ -37,8 +37,7 @@ void gpu_batch_free(struct gpu_batch *batch)
 	batch->n = 0;
 }
 
-int gpu_find_cuda(const pid_t *pids, size_t n, struct gpu_batch *batch,
-		  struct stasis_error **err)
+int gpu_find_cuda(const pid_t *pids, size_t n, struct gpu_batch *batch, struct stasis_error **err)
 {
 	int r = cuda_load(err);
 
@@ -68,7 +67,8 @@ int gpu_preflight_running(const struct gpu_batch *batch, struct stasis_error **e
 		stasis_error_set(err, EBUSY, STASIS_DOMAIN_CUDA, 0,
 				 "PID %d is already %s by someone else", (int)p->pid,
 				 cuda_state_name(p->state));
-		return stasis_error_hint(err, "resume it first (stasis gpu resume %d)", (int)p->pid);
+		return stasis_error_hint(err, "resume it first (stasis gpu resume %d)",
+					 (int)p->pid);
 	}
 	return 0;
 }
@@ -78,10 +78,10 @@ int gpu_preflight_running(const struct gpu_batch *batch, struct stasis_error **e
 enum gpu_step { STEP_LOCK, STEP_CHECKPOINT, STEP_RESTORE, STEP_UNLOCK };
 
 static const char *const step_names[] = {
-	[STEP_LOCK] = "lock",
-	[STEP_CHECKPOINT] = "checkpoint",
-	[STEP_RESTORE] = "restore",
-	[STEP_UNLOCK] = "unlock",
+    [STEP_LOCK] = "lock",
+    [STEP_CHECKPOINT] = "checkpoint",
+    [STEP_RESTORE] = "restore",
+    [STEP_UNLOCK] = "unlock",
 };
 
 struct step_arg {
@@ -126,10 +126,10 @@ static cuda_result run_step(struct gpu_batch *batch, struct gpu_process *p, enum
 }
 
 static const enum cuda_process_state state_after[] = {
-	[STEP_LOCK] = CUDA_PROCESS_LOCKED,
-	[STEP_CHECKPOINT] = CUDA_PROCESS_CHECKPOINTED,
-	[STEP_RESTORE] = CUDA_PROCESS_LOCKED,
-	[STEP_UNLOCK] = CUDA_PROCESS_RUNNING,
+    [STEP_LOCK] = CUDA_PROCESS_LOCKED,
+    [STEP_CHECKPOINT] = CUDA_PROCESS_CHECKPOINTED,
+    [STEP_RESTORE] = CUDA_PROCESS_LOCKED,
+    [STEP_UNLOCK] = CUDA_PROCESS_RUNNING,
 };
 
 static void *step_thread(void *opaque)
@@ -161,7 +161,7 @@ static int run_parallel(struct gpu_batch *batch, enum gpu_step step, struct stas
 		return stasis_error_errno(err, ENOMEM, "out of memory");
 	for (size_t i = 0; i < batch->n; i++) {
 		batch->procs[i].failed_step = NULL;
-		args[i] = (struct step_arg){ .batch = batch, .proc = &batch->procs[i], .step = step };
+		args[i] = (struct step_arg){.batch = batch, .proc = &batch->procs[i], .step = step};
 		/* One process needs no thread. */
 		if (batch->n > 1 && pthread_create(&threads[i], NULL, step_thread, &args[i]) == 0)
 			started[i] = true;
@@ -178,11 +178,13 @@ static int run_parallel(struct gpu_batch *batch, enum gpu_step step, struct stas
 			continue;
 		cuda_error(err, p->result, p->failed_step, p->pid);
 		if (p->result == CUDA_RES_NOT_SUPPORTED && step == STEP_CHECKPOINT)
-			stasis_error_hint(err, "the driver cannot checkpoint this process; "
-					       "managed (cudaMallocManaged) memory is not supported");
+			stasis_error_hint(err,
+					  "the driver cannot checkpoint this process; "
+					  "managed (cudaMallocManaged) memory is not supported");
 		else if (p->result == CUDA_RES_TIMEOUT && step == STEP_LOCK)
-			stasis_error_hint(err, "a CUDA call did not return within %u ms; raise "
-					       "--timeout",
+			stasis_error_hint(err,
+					  "a CUDA call did not return within %u ms; raise "
+					  "--timeout",
 					  batch->lock_timeout_ms);
 		return -EIO;
 	}
@@ -249,7 +251,8 @@ int gpu_rollback(struct gpu_batch *batch, struct stasis_error **err)
 		nstuck++;
 		if (len < sizeof(stuck))
 			len += (size_t)snprintf(stuck + len, sizeof(stuck) - len, "%s%d (%s)",
-						len ? ", " : "", (int)p->pid, cuda_state_name(p->state));
+						len ? ", " : "", (int)p->pid,
+						cuda_state_name(p->state));
 	}
 	if (nstuck)
 		stasis_error_hint(err, "rollback could not return PID %s to running", stuck);

@@ -33,8 +33,7 @@ struct gpu_batch {
 };
 
 /* The processes among pids that hold CUDA state the driver can checkpoint. */
-int gpu_find_cuda(const pid_t *pids, size_t n, struct gpu_batch *batch,
-		  struct stasis_error **err);
+int gpu_find_cuda(const pid_t *pids, size_t n, struct gpu_batch *batch, struct stasis_error **err);
 
 /* Add one PID the caller knows uses CUDA. */
 int gpu_batch_add(struct gpu_batch *batch, pid_t pid);

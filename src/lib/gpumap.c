@@ -52,10 +52,11 @@ static int parse_map(const struct manifest *m, const struct nvml_gpu *gpus, size
 		from = find_gpu(item, old_uuids, old_idx, m->ngpus);
 		to = find_gpu(eq + 1, new_uuids, new_idx, ngpus);
 		if (from < 0 || to < 0) {
-			stasis_error_set(err, ENODEV, STASIS_DOMAIN_USAGE, 0,
-					 "--gpu-map: no %s GPU '%s'", from < 0 ? "checkpointed" : "such",
-					 from < 0 ? item : eq + 1);
-			return stasis_error_hint(err, "stasis inspect lists the image's GPUs, stasis ps the machine's");
+			stasis_error_set(
+			    err, ENODEV, STASIS_DOMAIN_USAGE, 0, "--gpu-map: no %s GPU '%s'",
+			    from < 0 ? "checkpointed" : "such", from < 0 ? item : eq + 1);
+			return stasis_error_hint(
+			    err, "stasis inspect lists the image's GPUs, stasis ps the machine's");
 		}
 		plan->target[from] = to;
 	}
@@ -82,24 +83,27 @@ static uint64_t image_bytes_on(const struct manifest *m, size_t gpu)
 }
 
 /* Same UUID if present, else an unused GPU of the same chip with room. */
-static void default_targets(const struct manifest *m, const struct nvml_gpu *gpus,
-			    size_t ngpus, struct gpu_plan *plan)
+static void default_targets(const struct manifest *m, const struct nvml_gpu *gpus, size_t ngpus,
+			    struct gpu_plan *plan)
 {
 	for (size_t i = 0; i < plan->n; i++)
 		for (size_t g = 0; plan->target[i] < 0 && g < ngpus; g++)
-			if (strcmp(gpus[g].uuid, m->gpus[i].uuid) == 0 && !target_taken(plan, (int)g))
+			if (strcmp(gpus[g].uuid, m->gpus[i].uuid) == 0 &&
+			    !target_taken(plan, (int)g))
 				plan->target[i] = (int)g;
 	for (size_t i = 0; i < plan->n; i++) {
 		for (size_t g = 0; plan->target[i] < 0 && g < ngpus; g++) {
 			uint64_t free_bytes = gpus[g].memory_total - gpus[g].memory_used;
 
-			if (target_taken(plan, (int)g) || strcmp(gpus[g].arch, m->gpus[i].chip) != 0 ||
+			if (target_taken(plan, (int)g) ||
+			    strcmp(gpus[g].arch, m->gpus[i].chip) != 0 ||
 			    free_bytes < image_bytes_on(m, i))
 				continue;
 			plan->target[i] = (int)g;
 			snprintf(plan->notes + strlen(plan->notes),
-				 sizeof(plan->notes) - strlen(plan->notes), "%s%s -> %s (same chip)",
-				 plan->notes[0] ? ", " : "", m->gpus[i].uuid, gpus[g].uuid);
+				 sizeof(plan->notes) - strlen(plan->notes),
+				 "%s%s -> %s (same chip)", plan->notes[0] ? ", " : "",
+				 m->gpus[i].uuid, gpus[g].uuid);
 		}
 	}
 }
@@ -113,8 +117,8 @@ static int check_targets(const struct manifest *m, const struct nvml_gpu *gpus,
 
 		if (plan->target[i] < 0) {
 			stasis_error_set(err, ENODEV, STASIS_DOMAIN_CUDA, 0,
-					 "no GPU here for checkpointed GPU %s (%s %s)", m->gpus[i].uuid,
-					 m->gpus[i].chip, m->gpus[i].name);
+					 "no GPU here for checkpointed GPU %s (%s %s)",
+					 m->gpus[i].uuid, m->gpus[i].chip, m->gpus[i].name);
 			return stasis_error_hint(err, "free a GPU of that chip, or give --gpu-map");
 		}
 		for (size_t j = 0; j < i; j++)
@@ -122,7 +126,8 @@ static int check_targets(const struct manifest *m, const struct nvml_gpu *gpus,
 				stasis_error_set(err, EINVAL, STASIS_DOMAIN_USAGE, 0,
 						 "two checkpointed GPUs map onto GPU %s",
 						 gpus[plan->target[i]].uuid);
-				return stasis_error_hint(err, "the driver needs a one-to-one GPU map");
+				return stasis_error_hint(err,
+							 "the driver needs a one-to-one GPU map");
 			}
 		t = &gpus[plan->target[i]];
 		if (strcmp(t->arch, m->gpus[i].chip) != 0) {
@@ -134,11 +139,13 @@ static int check_targets(const struct manifest *m, const struct nvml_gpu *gpus,
 		if (need && t->memory_total - t->memory_used < need) {
 			char a[32], b[32];
 
-			stasis_error_set(err, ENOSPC, STASIS_DOMAIN_CUDA, 0,
-					 "GPU %s has %s free, the image needs %s", t->uuid,
-					 format_bytes(t->memory_total - t->memory_used, a, sizeof(a)),
-					 format_bytes(need, b, sizeof(b)));
-			return stasis_error_hint(err, "free GPU memory or restore onto another GPU");
+			stasis_error_set(
+			    err, ENOSPC, STASIS_DOMAIN_CUDA, 0,
+			    "GPU %s has %s free, the image needs %s", t->uuid,
+			    format_bytes(t->memory_total - t->memory_used, a, sizeof(a)),
+			    format_bytes(need, b, sizeof(b)));
+			return stasis_error_hint(err,
+						 "free GPU memory or restore onto another GPU");
 		}
 	}
 	return 0;

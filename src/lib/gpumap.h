@@ -13,11 +13,11 @@
 #include "nvml.h"
 
 struct gpu_plan {
-	size_t n;		  /* = manifest's GPUs */
-	int target[64];		  /* index into the machine's GPUs, per manifest GPU */
+	size_t n;	/* = manifest's GPUs */
+	int target[64]; /* index into the machine's GPUs, per manifest GPU */
 	struct cuda_gpu_pair pairs[64];
-	unsigned int npairs;	  /* 0 when every GPU maps onto itself */
-	char notes[512];	  /* "GPU-a -> GPU-b (same chip)" for the user */
+	unsigned int npairs; /* 0 when every GPU maps onto itself */
+	char notes[512];     /* "GPU-a -> GPU-b (same chip)" for the user */
 };
 
 /* Parse "OLD=NEW,..." (UUIDs or indexes) against the image's GPUs and the

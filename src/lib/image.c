@@ -113,7 +113,7 @@ static void *hash_worker(void *arg)
 
 static int hash_files(int dirfd, struct manifest_file *files, size_t nfiles, size_t *failed)
 {
-	struct hash_job job = { .dirfd = dirfd, .files = files, .nfiles = nfiles };
+	struct hash_job job = {.dirfd = dirfd, .files = files, .nfiles = nfiles};
 	pthread_t threads[HASH_THREADS];
 	size_t started = 0;
 

@@ -128,7 +128,8 @@ static json_object *process_to_json(const struct manifest *m, const struct manif
 	add_u64(o, "gpu_bytes", p->gpu_bytes);
 	for (size_t i = 0; i < p->ngpus; i++)
 		if (p->gpus[i] >= 0 && (size_t)p->gpus[i] < m->ngpus)
-			json_object_array_add(gpus, json_object_new_string(m->gpus[p->gpus[i]].uuid));
+			json_object_array_add(gpus,
+					      json_object_new_string(m->gpus[p->gpus[i]].uuid));
 	json_object_object_add(o, "gpus", gpus);
 	if (p->cuda) {
 		add_u64(o, "lock_us", p->lock_us);
@@ -198,8 +199,9 @@ char *manifest_to_json(const struct manifest *m, bool pretty)
 	add_u64(root, "image_bytes", m->image_bytes);
 
 	text = strdup(json_object_to_json_string_ext(
-		root, (pretty ? JSON_C_TO_STRING_PRETTY : JSON_C_TO_STRING_PLAIN) |
-			      JSON_C_TO_STRING_NOSLASHESCAPE));
+	    root,
+	    (pretty ? JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_SPACED : JSON_C_TO_STRING_PLAIN) |
+		JSON_C_TO_STRING_NOSLASHESCAPE));
 	json_object_put(root);
 	return text;
 }
@@ -388,8 +390,7 @@ static int decode(json_object *root, struct manifest *m, struct stasis_error **e
 	if (!manifest_root(m))
 		return corrupt(err, "the process tree has no root");
 	if ((phases = field(root, "phases_us", json_type_object))) {
-		json_object_object_foreach(phases, key, val)
-		{
+		json_object_object_foreach (phases, key, val) {
 			if (json_object_is_type(val, json_type_int))
 				manifest_add_phase(m, key, json_object_get_uint64(val));
 		}

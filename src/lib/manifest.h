@@ -57,9 +57,9 @@ struct manifest {
 	char *created; /* UTC, ISO 8601 */
 	char *hostname;
 	char *kernel;
-	int criu_version; /* 40101 for 4.1.1 */
+	int criu_version;	 /* 40101 for 4.1.1 */
 	int cuda_driver_version; /* 0 without CUDA processes; 13000 for 13.0 */
-	char *nvidia_driver; /* "580.159.04", or NULL */
+	char *nvidia_driver;	 /* "580.159.04", or NULL */
 	struct manifest_options options;
 	struct manifest_process *procs;
 	size_t nprocs;

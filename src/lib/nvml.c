@@ -63,21 +63,21 @@ static void load(void)
 		const char *name;
 		void **slot;
 	} symbols[] = {
-		{ "nvmlInit_v2", (void **)&nvml.init },
-		{ "nvmlErrorString", (void **)&nvml.error_string },
-		{ "nvmlSystemGetDriverVersion", (void **)&nvml.driver_version },
-		{ "nvmlDeviceGetCount_v2", (void **)&nvml.device_count },
-		{ "nvmlDeviceGetHandleByIndex_v2", (void **)&nvml.device_by_index },
-		{ "nvmlDeviceGetUUID", (void **)&nvml.uuid },
-		{ "nvmlDeviceGetName", (void **)&nvml.name },
-		{ "nvmlDeviceGetArchitecture", (void **)&nvml.architecture },
-		{ "nvmlDeviceGetCudaComputeCapability", (void **)&nvml.compute_capability },
-		{ "nvmlDeviceGetPciInfo_v3", (void **)&nvml.pci_info },
-		{ "nvmlDeviceGetMemoryInfo", (void **)&nvml.memory_info },
-		{ "nvmlDeviceGetPersistenceMode", (void **)&nvml.persistence_mode },
-		{ "nvmlDeviceGetMigMode", (void **)&nvml.mig_mode },
-		{ "nvmlDeviceGetComputeMode", (void **)&nvml.compute_mode },
-		{ "nvmlDeviceGetComputeRunningProcesses_v3", (void **)&nvml.compute_processes },
+	    {"nvmlInit_v2", (void **)&nvml.init},
+	    {"nvmlErrorString", (void **)&nvml.error_string},
+	    {"nvmlSystemGetDriverVersion", (void **)&nvml.driver_version},
+	    {"nvmlDeviceGetCount_v2", (void **)&nvml.device_count},
+	    {"nvmlDeviceGetHandleByIndex_v2", (void **)&nvml.device_by_index},
+	    {"nvmlDeviceGetUUID", (void **)&nvml.uuid},
+	    {"nvmlDeviceGetName", (void **)&nvml.name},
+	    {"nvmlDeviceGetArchitecture", (void **)&nvml.architecture},
+	    {"nvmlDeviceGetCudaComputeCapability", (void **)&nvml.compute_capability},
+	    {"nvmlDeviceGetPciInfo_v3", (void **)&nvml.pci_info},
+	    {"nvmlDeviceGetMemoryInfo", (void **)&nvml.memory_info},
+	    {"nvmlDeviceGetPersistenceMode", (void **)&nvml.persistence_mode},
+	    {"nvmlDeviceGetMigMode", (void **)&nvml.mig_mode},
+	    {"nvmlDeviceGetComputeMode", (void **)&nvml.compute_mode},
+	    {"nvmlDeviceGetComputeRunningProcesses_v3", (void **)&nvml.compute_processes},
 	};
 
 	nvml.handle = dlopen(name && *name ? name : "libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
@@ -121,9 +121,9 @@ int nvml_driver_version(char *buf, size_t len, struct stasis_error **err)
 
 static const char *arch_name(unsigned int arch)
 {
-	static const char *const names[] = { [2] = "Kepler", [3] = "Maxwell", [4] = "Pascal",
-					     [5] = "Volta",  [6] = "Turing",  [7] = "Ampere",
-					     [8] = "Ada",    [9] = "Hopper",  [10] = "Blackwell" };
+	static const char *const names[] = {
+	    [2] = "Kepler", [3] = "Maxwell", [4] = "Pascal", [5] = "Volta",	[6] = "Turing",
+	    [7] = "Ampere", [8] = "Ada",     [9] = "Hopper", [10] = "Blackwell"};
 
 	if (arch < ARRAY_SIZE(names) && names[arch])
 		return names[arch];
@@ -212,9 +212,8 @@ int nvml_processes(const struct nvml_gpu *gpus, size_t ngpus, struct nvml_proces
 			procs[n].pid = (pid_t)infos[i].pid;
 			procs[n].gpu = (int)g;
 			/* NVML says "not available" with all bits set. */
-			procs[n].used_bytes = infos[i].used_gpu_memory == ~0ULL
-						      ? 0
-						      : infos[i].used_gpu_memory;
+			procs[n].used_bytes =
+			    infos[i].used_gpu_memory == ~0ULL ? 0 : infos[i].used_gpu_memory;
 			n++;
 		}
 	}

@@ -19,8 +19,8 @@ struct nvml_gpu {
 	int cc_major, cc_minor;
 	char pci_bus_id[32];
 	uint64_t memory_total, memory_used;
-	int persistence; /* 1 enabled, 0 disabled, -1 unknown */
-	int mig;	 /* current MIG mode, -1 when not supported */
+	int persistence;  /* 1 enabled, 0 disabled, -1 unknown */
+	int mig;	  /* current MIG mode, -1 when not supported */
 	int compute_mode; /* 0 default, 2 prohibited, 3 exclusive process */
 };
 

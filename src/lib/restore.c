@@ -54,9 +54,9 @@ static int wait_pids_free(const struct manifest *m, struct stasis_error **err)
 		stasis_error_set(err, EEXIST, STASIS_DOMAIN_USAGE, 0,
 				 "PID %d of the image is taken by '%s'%s", (int)taken->pid, comm,
 				 state == 'Z' ? " (a zombie its parent has not reaped)" : "");
-		return stasis_error_hint(err, state == 'Z'
-						      ? "make its parent wait for it, then restore"
-						      : "stop that process, or restore in a new PID namespace");
+		return stasis_error_hint(
+		    err, state == 'Z' ? "make its parent wait for it, then restore"
+				      : "stop that process, or restore in a new PID namespace");
 	}
 }
 
@@ -105,7 +105,7 @@ static void kill_tree(const struct manifest *m)
 
 static int resume_gpus(struct manifest *m, const struct gpu_plan *plan, struct stasis_error **err)
 {
-	struct gpu_batch batch = { .pairs = plan->pairs, .npairs = plan->npairs };
+	struct gpu_batch batch = {.pairs = plan->pairs, .npairs = plan->npairs};
 	uint64_t start = now_usec();
 	int r = 0;
 
@@ -130,12 +130,12 @@ static int restore_locked(const struct stasis_restore_options *o, struct manifes
 {
 	char images[4096];
 	struct criu_restore_request req = {
-		.images_dir = images,
-		.work_dir = o->dir,
-		.log_file = "restore.log",
-		.detach = o->detach,
-		.shell_job = m->options.shell_job,
-		.tcp_established = m->options.tcp_established,
+	    .images_dir = images,
+	    .work_dir = o->dir,
+	    .log_file = "restore.log",
+	    .detach = o->detach,
+	    .shell_job = m->options.shell_job,
+	    .tcp_established = m->options.tcp_established,
 	};
 	uint64_t start;
 	int r;
@@ -165,8 +165,8 @@ static int restore_locked(const struct stasis_restore_options *o, struct manifes
 	return 0;
 }
 
-int stasis_restore(const struct stasis_restore_options *o, struct manifest *m,
-		   pid_t *root_out, struct stasis_error **err)
+int stasis_restore(const struct stasis_restore_options *o, struct manifest *m, pid_t *root_out,
+		   struct stasis_error **err)
 {
 	const struct manifest_process *root;
 	struct gpu_plan plan;

@@ -34,8 +34,8 @@ struct stasis_restore_options {
 /* Restore the image in dir. m receives the manifest with restore timings;
  * root_out the PID of the restored root (a child of the caller unless
  * detach). */
-int stasis_restore(const struct stasis_restore_options *opts, struct manifest *m,
-		   pid_t *root_out, struct stasis_error **err);
+int stasis_restore(const struct stasis_restore_options *opts, struct manifest *m, pid_t *root_out,
+		   struct stasis_error **err);
 
 /* Stats as podman prints them: phases, per-process GPU timings, sizes. */
 char *stasis_stats_json(const struct manifest *m);

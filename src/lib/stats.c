@@ -26,7 +26,8 @@ char *stasis_stats_json(const struct manifest *m)
 		json_object_object_add(o, "pid", json_object_new_int(p->pid));
 		json_object_object_add(o, "gpu_bytes", json_object_new_uint64(p->gpu_bytes));
 		json_object_object_add(o, "lock_us", json_object_new_uint64(p->lock_us));
-		json_object_object_add(o, "checkpoint_us", json_object_new_uint64(p->checkpoint_us));
+		json_object_object_add(o, "checkpoint_us",
+				       json_object_new_uint64(p->checkpoint_us));
 		json_object_array_add(procs, o);
 	}
 	json_object_object_add(root, "cuda_processes", procs);

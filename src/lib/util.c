@@ -152,7 +152,7 @@ char *strip_trailing(char *s)
 
 const char *format_bytes(uint64_t bytes, char *buf, size_t len)
 {
-	static const char *const units[] = { "B", "KiB", "MiB", "GiB", "TiB" };
+	static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
 	double v = (double)bytes;
 	size_t u = 0;
 

@@ -37,17 +37,17 @@ static inline void fclosep(FILE **f)
 
 /* Hand the value of a cleanup variable to someone else: the variable is
  * reset so that its cleanup does nothing. */
-#define TAKE_PTR(p)                         \
-	({                                  \
-		__typeof__(p) _taken = (p); \
-		(p) = NULL;                 \
-		_taken;                     \
+#define TAKE_PTR(p)                                                                                \
+	({                                                                                         \
+		__typeof__(p) _taken = (p);                                                        \
+		(p) = NULL;                                                                        \
+		_taken;                                                                            \
 	})
-#define TAKE_FD(fd)                \
-	({                         \
-		int _taken = (fd); \
-		(fd) = -1;         \
-		_taken;            \
+#define TAKE_FD(fd)                                                                                \
+	({                                                                                         \
+		int _taken = (fd);                                                                 \
+		(fd) = -1;                                                                         \
+		_taken;                                                                            \
 	})
 
 /* Monotonic time in microseconds. */

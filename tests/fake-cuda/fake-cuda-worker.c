@@ -1,0 +1,102 @@
+/* SPDX-License-Identifier: MIT */
+/* A "CUDA" process for the fake driver: it registers itself as running and
+ * counts only while its state says running, the way a real process blocks
+ * in its CUDA calls while locked. With N children, each does the same.
+ *   fake-cuda-worker DIR [CHILDREN]
+ * DIR/count-PID holds each process's counter; DIR/log its events. */
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static volatile sig_atomic_t stop;
+
+static void on_term(int sig)
+{
+	(void)sig;
+	stop = 1;
+}
+
+static int cuda_state(void)
+{
+	char path[4096], buf[8] = "";
+	FILE *f;
+	const char *dir = getenv("FAKE_CUDA_DIR");
+
+	snprintf(path, sizeof(path), "%s/%d", dir ? dir : "/tmp/fake-cuda", (int)getpid());
+	f = fopen(path, "r");
+	if (!f)
+		return -1;
+	if (!fgets(buf, sizeof(buf), f))
+		buf[0] = '0';
+	fclose(f);
+	return atoi(buf);
+}
+
+static void register_self(void)
+{
+	char path[4096];
+	const char *dir = getenv("FAKE_CUDA_DIR");
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/%d", dir ? dir : "/tmp/fake-cuda", (int)getpid());
+	f = fopen(path, "w");
+	if (f) {
+		fputs("0\n", f);
+		fclose(f);
+	}
+}
+
+static int run(const char *dir)
+{
+	char path[4096], buf[32];
+	unsigned long long counter = 0;
+	int fd;
+
+	register_self();
+	snprintf(path, sizeof(path), "%s/count-%d", dir, (int)getpid());
+	fd = open(path, O_RDWR | O_CREAT, 0644);
+	if (fd < 0)
+		return 1;
+	while (!stop) {
+		if (cuda_state() == 0) {
+			counter++;
+			snprintf(buf, sizeof(buf), "%020llu\n", counter);
+			if (pwrite(fd, buf, strlen(buf), 0) < 0)
+				return 1;
+		}
+		usleep(10000);
+	}
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	int children = argc > 2 ? atoi(argv[2]) : 0;
+	struct sigaction sa = {.sa_handler = on_term};
+	int null = open("/dev/null", O_RDWR);
+
+	if (argc < 2)
+		return 2;
+	setsid();
+	dup2(null, 0);
+	dup2(null, 1);
+	dup2(null, 2);
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGTERM, &sa, NULL);
+	for (int i = 0; i < children; i++) {
+		if (fork() == 0) {
+			prctl(PR_SET_PDEATHSIG, SIGKILL);
+			return run(argv[1]);
+		}
+	}
+	run(argv[1]);
+	kill(0, SIGTERM);
+	while (wait(NULL) > 0)
+		;
+	return 0;
+}

@@ -1,0 +1,186 @@
+/* SPDX-License-Identifier: MIT */
+/* A test double of libcuda.so.1 for machines without a GPU: the driver's
+ * checkpoint state machine, kept per PID in files under $FAKE_CUDA_DIR so
+ * that it survives across processes (and CRIU restores), with switches to
+ * make any call fail or hang:
+ *   FAKE_CUDA_FAIL="lock:909,checkpoint:801:PID,..."   call[:code[:pid]]
+ *   FAKE_CUDA_HANG="lock"                              sleep (lock: until its timeout)
+ * A process is a CUDA process when its state file exists. */
+#include <cuda.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#define EXPORT __attribute__((visibility("default")))
+
+static const char *state_dir(void)
+{
+	const char *d = getenv("FAKE_CUDA_DIR");
+
+	return d && *d ? d : "/tmp/fake-cuda";
+}
+
+/* Returns the injected result for call on pid, or CUDA_SUCCESS. */
+static CUresult injected(const char *call, int pid)
+{
+	const char *spec = getenv("FAKE_CUDA_FAIL");
+	char copy[1024], *save = NULL;
+
+	if (!spec)
+		return CUDA_SUCCESS;
+	snprintf(copy, sizeof(copy), "%s", spec);
+	for (char *item = strtok_r(copy, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
+		char name[64] = "";
+		int code = 999, target = 0;
+
+		sscanf(item, "%63[^:]:%d:%d", name, &code, &target);
+		if (strcmp(name, call) == 0 && (target == 0 || target == pid))
+			return (CUresult)code;
+	}
+	return CUDA_SUCCESS;
+}
+
+static int hang_ms(const char *call)
+{
+	const char *spec = getenv("FAKE_CUDA_HANG");
+
+	return spec && strstr(spec, call) ? 1 : 0;
+}
+
+static int read_state(int pid, CUprocessState *state)
+{
+	char path[4096], buf[8] = "";
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/%d", state_dir(), pid);
+	f = fopen(path, "r");
+	if (!f)
+		return -1;
+	if (!fgets(buf, sizeof(buf), f))
+		buf[0] = '0';
+	fclose(f);
+	*state = (CUprocessState)atoi(buf);
+	return 0;
+}
+
+static void write_state(int pid, CUprocessState state)
+{
+	char path[4096];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/%d", state_dir(), pid);
+	f = fopen(path, "w");
+	if (f) {
+		fprintf(f, "%d\n", (int)state);
+		fclose(f);
+	}
+}
+
+/* One transition: from -> to, or the error the driver gives. */
+static CUresult transition(const char *call, int pid, CUprocessState from, CUprocessState to)
+{
+	CUprocessState state;
+	CUresult r;
+
+	if (read_state(pid, &state) < 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (hang_ms(call))
+		sleep(3600);
+	r = injected(call, pid);
+	if (r != CUDA_SUCCESS)
+		return r;
+	if (state != from)
+		return CUDA_ERROR_ILLEGAL_STATE;
+	write_state(pid, to);
+	return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuInit(unsigned int flags)
+{
+	(void)flags;
+	return injected("init", 0);
+}
+
+EXPORT CUresult cuDriverGetVersion(int *version)
+{
+	const char *v = getenv("FAKE_CUDA_VERSION");
+
+	*version = v ? atoi(v) : 13000;
+	return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuDeviceGetCount(int *count)
+{
+	*count = 1;
+	return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuDeviceGet(CUdevice *dev, int ordinal)
+{
+	*dev = ordinal;
+	return ordinal == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
+}
+
+EXPORT CUresult cuDeviceGetUuid_v2(CUuuid *uuid, CUdevice dev)
+{
+	memset(uuid->bytes, 0x11 * (dev + 1), sizeof(uuid->bytes));
+	return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuCheckpointProcessGetState(int pid, CUprocessState *state)
+{
+	CUresult r = injected("get-state", pid);
+
+	if (r != CUDA_SUCCESS)
+		return r;
+	return read_state(pid, state) == 0 ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
+}
+
+EXPORT CUresult cuCheckpointProcessGetRestoreThreadId(int pid, int *tid)
+{
+	CUprocessState state;
+
+	if (read_state(pid, &state) < 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	*tid = pid;
+	return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuCheckpointProcessLock(int pid, CUcheckpointLockArgs *args)
+{
+	if (hang_ms("lock")) {
+		/* A process that never leaves its CUDA call: the lock times out. */
+		unsigned int ms = args && args->timeoutMs ? args->timeoutMs : 3600000;
+
+		usleep(ms * 1000u);
+		return CUDA_ERROR_TIMEOUT;
+	}
+	return transition("lock", pid, CU_PROCESS_STATE_RUNNING, CU_PROCESS_STATE_LOCKED);
+}
+
+EXPORT CUresult cuCheckpointProcessCheckpoint(int pid, CUcheckpointCheckpointArgs *args)
+{
+	(void)args;
+	return transition("checkpoint", pid, CU_PROCESS_STATE_LOCKED,
+			  CU_PROCESS_STATE_CHECKPOINTED);
+}
+
+EXPORT CUresult cuCheckpointProcessRestore(int pid, CUcheckpointRestoreArgs *args)
+{
+	if (args && args->gpuPairsCount) {
+		/* Like driver 580: the pairs must pair the one GPU with one GPU. */
+		if (args->gpuPairsCount != 1)
+			return CUDA_ERROR_INVALID_VALUE;
+	}
+	return transition("restore", pid, CU_PROCESS_STATE_CHECKPOINTED, CU_PROCESS_STATE_LOCKED);
+}
+
+EXPORT CUresult cuCheckpointProcessUnlock(int pid, CUcheckpointUnlockArgs *args)
+{
+	(void)args;
+	return transition("unlock", pid, CU_PROCESS_STATE_LOCKED, CU_PROCESS_STATE_RUNNING);
+}

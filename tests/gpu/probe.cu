@@ -1,0 +1,198 @@
+// SPDX-License-Identifier: MIT
+// GPU victim: holds a checksummed pattern in N GiB of device memory and a
+// device counter that a kernel ticks every few milliseconds. It checks
+// itself: every tick must be the one after the last, and on SIGTERM the
+// whole buffer is verified against the pattern. Its verdict goes to its log.
+//   probe DIR GIB [--children N] [--managed] [--nvml] [--streams]
+#include <cuda_runtime.h>
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static volatile sig_atomic_t stop;
+static void on_term(int) { stop = 1; }
+
+__global__ void fill(uint64_t *buf, size_t n, uint64_t seed)
+{
+	for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
+		buf[i] = (i * 0x9E3779B97F4A7C15ull) ^ seed;
+}
+
+__global__ void verify(const uint64_t *buf, size_t n, uint64_t seed, unsigned long long *bad)
+{
+	for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
+		if (buf[i] != ((i * 0x9E3779B97F4A7C15ull) ^ seed))
+			atomicAdd(bad, 1ull);
+}
+
+__global__ void tick(unsigned long long *counter) { (*counter)++; }
+
+static FILE *logf;
+#define CHECK(x)                                                                       \
+	do {                                                                           \
+		cudaError_t e_ = (x);                                                  \
+		if (e_ != cudaSuccess) {                                               \
+			fprintf(logf, "FAIL: %s: %s\n", #x, cudaGetErrorString(e_));   \
+			fflush(logf);                                                  \
+			exit(1);                                                       \
+		}                                                                      \
+	} while (0)
+
+// Streams, events, pinned host memory and a CUDA graph, each run on a tick.
+struct extras {
+	cudaStream_t streams[4];
+	cudaEvent_t done;
+	unsigned long long *pinned;
+	cudaGraphExec_t graph;
+	unsigned long long *graph_counter;
+	unsigned long long graph_expected;
+};
+
+static void extras_init(struct extras *x)
+{
+	cudaGraph_t g;
+	for (int i = 0; i < 4; i++)
+		CHECK(cudaStreamCreate(&x->streams[i]));
+	CHECK(cudaEventCreate(&x->done));
+	CHECK(cudaMallocHost(&x->pinned, sizeof(unsigned long long)));
+	CHECK(cudaMalloc(&x->graph_counter, sizeof(unsigned long long)));
+	CHECK(cudaMemset(x->graph_counter, 0, sizeof(unsigned long long)));
+	CHECK(cudaStreamBeginCapture(x->streams[0], cudaStreamCaptureModeGlobal));
+	tick<<<1, 1, 0, x->streams[0]>>>(x->graph_counter);
+	tick<<<1, 1, 0, x->streams[0]>>>(x->graph_counter);
+	CHECK(cudaStreamEndCapture(x->streams[0], &g));
+	CHECK(cudaGraphInstantiate(&x->graph, g, 0));
+	x->graph_expected = 0;
+}
+
+static void extras_step(struct extras *x)
+{
+	CHECK(cudaGraphLaunch(x->graph, x->streams[1]));
+	x->graph_expected += 2;
+	CHECK(cudaMemcpyAsync(x->pinned, x->graph_counter, sizeof(*x->pinned), cudaMemcpyDeviceToHost,
+			      x->streams[1]));
+	CHECK(cudaEventRecord(x->done, x->streams[1]));
+	CHECK(cudaEventSynchronize(x->done));
+	if (*x->pinned != x->graph_expected) {
+		fprintf(logf, "FAIL: graph counter %llu, expected %llu\n", *x->pinned, x->graph_expected);
+		fflush(logf);
+		exit(1);
+	}
+}
+
+static int run(const char *dir, double gib, bool managed, bool nvml, bool streams)
+{
+	char path[4096];
+	snprintf(path, sizeof(path), "%s/log-%d", dir, (int)getpid());
+	logf = fopen(path, "a");
+	setvbuf(logf, NULL, _IOLBF, 0);
+	snprintf(path, sizeof(path), "%s/count-%d", dir, (int)getpid());
+	int state = open(path, O_RDWR | O_CREAT, 0644);
+
+	if (nvml) {
+		// Initialise NVML beside CUDA, as monitoring code does.
+		void *h = dlopen("libnvidia-ml.so.1", RTLD_NOW);
+		int (*init)(void) = h ? (int (*)(void))dlsym(h, "nvmlInit_v2") : NULL;
+		if (!init || init() != 0) {
+			fprintf(logf, "FAIL: NVML init\n");
+			return 1;
+		}
+	}
+	size_t n = (size_t)(gib * (1ull << 30)) / sizeof(uint64_t);
+	uint64_t seed = 0x5eed0000ull + (uint64_t)getpid();
+	uint64_t *buf;
+	unsigned long long *counter, *bad, host = 0, expected = 0;
+	if (managed)
+		CHECK(cudaMallocManaged(&buf, n * sizeof(uint64_t)));
+	else
+		CHECK(cudaMalloc(&buf, n * sizeof(uint64_t)));
+	CHECK(cudaMalloc(&counter, sizeof(*counter)));
+	CHECK(cudaMalloc(&bad, sizeof(*bad)));
+	CHECK(cudaMemset(counter, 0, sizeof(*counter)));
+	fill<<<1024, 256>>>(buf, n, seed);
+	CHECK(cudaDeviceSynchronize());
+	struct extras x;
+	if (streams)
+		extras_init(&x);
+	fprintf(logf, "ready pid %d %.2f GiB\n", (int)getpid(), gib);
+	while (!stop) {
+		tick<<<1, 1>>>(counter);
+		CHECK(cudaMemcpy(&host, counter, sizeof(host), cudaMemcpyDeviceToHost));
+		if (host != ++expected) {
+			fprintf(logf, "FAIL: device counter %llu, expected %llu\n", host, expected);
+			return 1;
+		}
+		if (streams)
+			extras_step(&x);
+		char line[32];
+		snprintf(line, sizeof(line), "%020llu\n", host);
+		if (pwrite(state, line, strlen(line), 0) < 0)
+			return 1;
+		usleep(5000);
+	}
+	CHECK(cudaMemset(bad, 0, sizeof(*bad)));
+	verify<<<1024, 256>>>(buf, n, seed, bad);
+	unsigned long long nbad = 0;
+	CHECK(cudaMemcpy(&nbad, bad, sizeof(nbad), cudaMemcpyDeviceToHost));
+	if (nbad) {
+		fprintf(logf, "FAIL: %llu words of the pattern changed\n", nbad);
+		return 1;
+	}
+	fprintf(logf, "PASS: %llu ticks, %.2f GiB pattern intact\n", host, gib);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 3) {
+		fprintf(stderr, "usage: probe DIR GIB [--children N] [--managed] [--nvml] [--streams]\n");
+		return 2;
+	}
+	int children = 0;
+	bool managed = false, nvml = false, streams = false;
+	for (int i = 3; i < argc; i++) {
+		if (!strcmp(argv[i], "--children") && i + 1 < argc)
+			children = atoi(argv[++i]);
+		else if (!strcmp(argv[i], "--managed"))
+			managed = true;
+		else if (!strcmp(argv[i], "--nvml"))
+			nvml = true;
+		else if (!strcmp(argv[i], "--streams"))
+			streams = true;
+	}
+	setsid();
+	int null = open("/dev/null", O_RDWR);
+	dup2(null, 0), dup2(null, 1), dup2(null, 2);
+	struct sigaction sa = {};
+	sa.sa_handler = on_term;
+	sigaction(SIGTERM, &sa, NULL);
+	double gib = atof(argv[2]);
+	if (children == 0)
+		return run(argv[1], gib, managed, nvml, streams);
+	// A parent that forks CUDA children (it never touches CUDA itself).
+	pid_t kids[64];
+	for (int i = 0; i < children && i < 64; i++) {
+		kids[i] = fork();
+		if (kids[i] == 0) {
+			prctl(PR_SET_PDEATHSIG, SIGKILL);
+			return run(argv[1], gib, managed, nvml, streams);
+		}
+	}
+	while (!stop)
+		pause();
+	int failed = 0;
+	for (int i = 0; i < children && i < 64; i++) {
+		int status;
+		kill(kids[i], SIGTERM);
+		waitpid(kids[i], &status, 0);
+		failed += !WIFEXITED(status) || WEXITSTATUS(status) != 0;
+	}
+	return failed ? 1 : 0;
+}

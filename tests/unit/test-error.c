@@ -1,0 +1,86 @@
+/* SPDX-License-Identifier: MIT */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda-api.h"
+#include "criu-rpc.h"
+#include "error.h"
+#include "util.h"
+
+static void wrap_and_hint(void **state)
+{
+	struct stasis_error *err = NULL;
+	char *line;
+
+	(void)state;
+	assert_int_equal(
+	    stasis_error_set(&err, ENOENT, STASIS_DOMAIN_IMAGE, 0, "no %s", "manifest"), -ENOENT);
+	/* The first error is the cause and is kept. */
+	assert_int_equal(stasis_error_set(&err, EIO, STASIS_DOMAIN_CRIU, 3, "later"), -ENOENT);
+	assert_int_equal(stasis_error_wrap(&err, "restore from %s", "/img"), -ENOENT);
+	stasis_error_hint(&err, "checkpoint again");
+	line = stasis_error_format(err);
+	assert_string_equal(line, "restore from /img: no manifest (checkpoint again)");
+	free(line);
+	stasis_error_free(err);
+}
+
+static void one_line(void **state)
+{
+	struct stasis_error *err = NULL;
+	char *line;
+
+	(void)state;
+	stasis_error_set(&err, EIO, STASIS_DOMAIN_CRIU, 1, "criu said\nsomething\n");
+	line = stasis_error_format(err);
+	assert_null(strchr(line, '\n'));
+	free(line);
+	stasis_error_free(err);
+	assert_int_equal(stasis_error_set(NULL, EPERM, STASIS_DOMAIN_USAGE, 0, "x"), -EPERM);
+	stasis_error_free(NULL);
+}
+
+static void versions_and_sizes(void **state)
+{
+	char buf[32];
+
+	(void)state;
+	assert_string_equal(criu_version_string(40101, buf, sizeof(buf)), "4.1.1");
+	assert_string_equal(criu_version_string(31701, buf, sizeof(buf)), "3.17.1");
+	assert_string_equal(format_bytes(512, buf, sizeof(buf)), "512 B");
+	assert_string_equal(format_bytes(4ull << 30, buf, sizeof(buf)), "4.0 GiB");
+}
+
+static void uuids(void **state)
+{
+	struct cuda_uuid u;
+	char text[41];
+
+	(void)state;
+	assert_int_equal(cuda_uuid_parse("GPU-01234567-89ab-cdef-0123-456789abcdef", &u), 0);
+	assert_int_equal(u.bytes[0], 0x01);
+	assert_int_equal(u.bytes[15], 0xef);
+	cuda_uuid_format(&u, text);
+	assert_string_equal(text, "GPU-01234567-89ab-cdef-0123-456789abcdef");
+	assert_true(cuda_uuid_parse("GPU-0123", &u) < 0);
+	assert_true(cuda_uuid_parse("GPU-01234567-89ab-cdef-0123-456789abcdefff", &u) < 0);
+	assert_true(cuda_uuid_parse("zz234567-89ab-cdef-0123-456789abcdef", &u) < 0);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(wrap_and_hint),
+	    cmocka_unit_test(one_line),
+	    cmocka_unit_test(versions_and_sizes),
+	    cmocka_unit_test(uuids),
+	};
+
+	return cmocka_run_group_tests_name("error", tests, NULL, NULL);
+}

@@ -1,0 +1,281 @@
+/* SPDX-License-Identifier: MIT */
+/* The parallel GPU steps and every rollback path, against the fake driver
+ * loaded through the same dlopen path as the real one. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cuda-api.h"
+#include "gpu.h"
+#include "gpumap.h"
+#include "util.h"
+
+#define FIRST_PID 3999001
+static char fake_dir[64];
+
+static void set_state(pid_t pid, int state)
+{
+	char path[128];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/%d", fake_dir, (int)pid);
+	f = fopen(path, "w");
+	fprintf(f, "%d\n", state);
+	fclose(f);
+}
+
+static int get_state(pid_t pid)
+{
+	enum cuda_process_state s;
+
+	assert_int_equal(cuda_get_state(pid, &s), CUDA_RES_SUCCESS);
+	return (int)s;
+}
+
+static void make_batch(struct gpu_batch *b, size_t n)
+{
+	memset(b, 0, sizeof(*b));
+	b->lock_timeout_ms = 200;
+	for (size_t i = 0; i < n; i++) {
+		set_state(FIRST_PID + (pid_t)i, CUDA_PROCESS_RUNNING);
+		assert_int_equal(gpu_batch_add(b, FIRST_PID + (pid_t)i), 0);
+	}
+}
+
+static int setup(void **state)
+{
+	(void)state;
+	unsetenv("FAKE_CUDA_FAIL");
+	unsetenv("FAKE_CUDA_HANG");
+	return 0;
+}
+
+static void suspend_resume_four(void **state)
+{
+	struct gpu_batch b;
+	struct stasis_error *err = NULL;
+
+	(void)state;
+	make_batch(&b, 4);
+	assert_int_equal(gpu_suspend(&b, &err), 0);
+	for (size_t i = 0; i < 4; i++)
+		assert_int_equal(get_state(b.procs[i].pid), CUDA_PROCESS_CHECKPOINTED);
+	assert_int_equal(gpu_resume(&b, &err), 0);
+	for (size_t i = 0; i < 4; i++)
+		assert_int_equal(get_state(b.procs[i].pid), CUDA_PROCESS_RUNNING);
+	assert_null(err);
+	gpu_batch_free(&b);
+}
+
+static void find_only_cuda(void **state)
+{
+	pid_t pids[] = {FIRST_PID, FIRST_PID + 50, FIRST_PID + 1};
+	struct gpu_batch b = {0};
+	struct stasis_error *err = NULL;
+
+	(void)state;
+	set_state(FIRST_PID, 0);
+	set_state(FIRST_PID + 1, 1);
+	assert_int_equal(gpu_find_cuda(pids, 3, &b, &err), 0);
+	assert_int_equal(b.n, 2);
+	/* One of them is locked by someone else: refused before any change. */
+	assert_true(gpu_preflight_running(&b, &err) < 0);
+	assert_non_null(strstr(err->message, "already locked"));
+	stasis_error_free(err);
+	gpu_batch_free(&b);
+}
+
+/* A failure on one process at one step: everything touched goes back to
+ * running, and the error names the step and the process. */
+static void expect_rollback(const char *fail, const char *needle)
+{
+	struct gpu_batch b;
+	struct stasis_error *err = NULL;
+
+	setenv("FAKE_CUDA_FAIL", fail, 1);
+	make_batch(&b, 4);
+	assert_true(gpu_suspend(&b, &err) < 0);
+	assert_non_null(err);
+	if (!strstr(err->message, needle))
+		fail_msg("'%s' lacks '%s'", err->message, needle);
+	unsetenv("FAKE_CUDA_FAIL");
+	for (size_t i = 0; i < 4; i++)
+		assert_int_equal(get_state(b.procs[i].pid), CUDA_PROCESS_RUNNING);
+	stasis_error_free(err);
+	gpu_batch_free(&b);
+}
+
+static void rollback_paths(void **state)
+{
+	char spec[64];
+
+	(void)state;
+	snprintf(spec, sizeof(spec), "lock:909:%d", FIRST_PID + 2);
+	expect_rollback(spec, "CUDA_ERROR_TIMEOUT");
+	snprintf(spec, sizeof(spec), "checkpoint:801:%d", FIRST_PID + 3);
+	expect_rollback(spec, "CUDA_ERROR_NOT_SUPPORTED");
+	snprintf(spec, sizeof(spec), "checkpoint:2:%d", FIRST_PID);
+	expect_rollback(spec, "checkpoint of PID 3999001");
+}
+
+static void managed_memory_hint(void **state)
+{
+	struct gpu_batch b;
+	struct stasis_error *err = NULL;
+
+	(void)state;
+	setenv("FAKE_CUDA_FAIL", "checkpoint:801", 1);
+	make_batch(&b, 1);
+	assert_true(gpu_suspend(&b, &err) < 0);
+	assert_non_null(strstr(err->hint, "managed"));
+	assert_int_equal(get_state(FIRST_PID), CUDA_PROCESS_RUNNING);
+	stasis_error_free(err);
+	gpu_batch_free(&b);
+}
+
+static void hung_lock_times_out(void **state)
+{
+	struct gpu_batch b;
+	struct stasis_error *err = NULL;
+	uint64_t start = now_usec();
+
+	(void)state;
+	setenv("FAKE_CUDA_HANG", "lock", 1);
+	make_batch(&b, 4);
+	assert_true(gpu_suspend(&b, &err) < 0);
+	/* Four locks in parallel: one timeout, not four. */
+	assert_true(now_usec() - start < 4 * 200 * 1000);
+	assert_non_null(strstr(err->hint, "--timeout"));
+	for (size_t i = 0; i < 4; i++)
+		assert_int_equal(get_state(b.procs[i].pid), CUDA_PROCESS_RUNNING);
+	stasis_error_free(err);
+	gpu_batch_free(&b);
+}
+
+static void failed_resume_rolls_back(void **state)
+{
+	struct gpu_batch b;
+	struct stasis_error *err = NULL;
+
+	(void)state;
+	make_batch(&b, 2);
+	assert_int_equal(gpu_suspend(&b, &err), 0);
+	setenv("FAKE_CUDA_FAIL", "unlock:999:3999002", 1);
+	assert_true(gpu_resume(&b, &err) < 0);
+	unsetenv("FAKE_CUDA_FAIL");
+	assert_non_null(strstr(err->message, "unlock of PID 3999002"));
+	/* The rollback retried the unlock once the fault was gone? No: it ran
+	 * while the fault held, so PID 3999002 is named as still locked. */
+	assert_int_equal(get_state(FIRST_PID), CUDA_PROCESS_RUNNING);
+	stasis_error_free(err);
+	err = NULL;
+	assert_int_equal(gpu_rollback(&b, &err), 0);
+	assert_int_equal(get_state(FIRST_PID + 1), CUDA_PROCESS_RUNNING);
+	gpu_batch_free(&b);
+}
+
+static void gpu_plan(void **state)
+{
+	struct manifest m;
+	struct nvml_gpu gpus[2] = {0};
+	struct gpu_plan plan;
+	struct stasis_error *err = NULL;
+	struct manifest_process *p;
+
+	(void)state;
+	manifest_init(&m);
+	for (int i = 0; i < 2; i++) {
+		struct manifest_gpu *g = manifest_add_gpu(&m);
+
+		g->index = i;
+		snprintf(g->uuid, sizeof(g->uuid),
+			 "GPU-%d%d%d%d%d%d%d%d-0000-0000-0000-000000000000", i, i, i, i, i, i, i,
+			 i);
+		strcpy(g->chip, "Hopper");
+		gpus[i].index = i;
+		snprintf(gpus[i].uuid, sizeof(gpus[i].uuid), "%s", g->uuid);
+		strcpy(gpus[i].arch, "Hopper");
+		gpus[i].memory_total = 80ull << 30;
+	}
+	p = manifest_add_process(&m);
+	p->pid = 5;
+	p->cuda = true;
+	p->gpu_bytes = 16ull << 30;
+	p->ngpus = 1;
+	p->gpus[0] = 0;
+	/* Same machine: identity, no pairs. */
+	assert_int_equal(gpu_plan_make(&m, gpus, 2, NULL, &plan, &err), 0);
+	assert_int_equal(plan.npairs, 0);
+	/* A swap is a permutation the driver accepts. */
+	assert_int_equal(gpu_plan_make(&m, gpus, 2, "0=1,1=0", &plan, &err), 0);
+	assert_int_equal(plan.npairs, 2);
+	assert_int_equal(plan.target[0], 1);
+	assert_int_equal(plan.target[1], 0);
+	/* Two onto one is refused. */
+	assert_true(gpu_plan_make(&m, gpus, 2, "0=1,1=1", &plan, &err) < 0);
+	stasis_error_free(err);
+	err = NULL;
+	/* Not enough free memory on the target. */
+	gpus[1].memory_used = 70ull << 30;
+	assert_true(gpu_plan_make(&m, gpus, 2, "0=1,1=0", &plan, &err) < 0);
+	assert_non_null(strstr(err->message, "free"));
+	stasis_error_free(err);
+	err = NULL;
+	/* Another chip is refused. */
+	gpus[1].memory_used = 0;
+	strcpy(gpus[1].arch, "Ampere");
+	assert_true(gpu_plan_make(&m, gpus, 2, "0=1,1=0", &plan, &err) < 0);
+	assert_non_null(strstr(err->message, "Ampere"));
+	stasis_error_free(err);
+	err = NULL;
+	assert_true(gpu_plan_make(&m, gpus, 2, "bogus", &plan, &err) < 0);
+	stasis_error_free(err);
+	manifest_free(&m);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test_setup(suspend_resume_four, setup),
+	    cmocka_unit_test_setup(find_only_cuda, setup),
+	    cmocka_unit_test_setup(rollback_paths, setup),
+	    cmocka_unit_test_setup(managed_memory_hint, setup),
+	    cmocka_unit_test_setup(hung_lock_times_out, setup),
+	    cmocka_unit_test_setup(failed_resume_rolls_back, setup),
+	    cmocka_unit_test_setup(gpu_plan, setup),
+	};
+	struct stasis_error *err = NULL;
+	const char *lib = getenv("FAKE_LIBCUDA");
+	int r;
+
+	if (!lib) {
+		fprintf(stderr, "FAKE_LIBCUDA must name the fake driver\n");
+		return 1;
+	}
+	snprintf(fake_dir, sizeof(fake_dir), "/tmp/stasis-fake-XXXXXX");
+	if (!mkdtemp(fake_dir))
+		return 1;
+	setenv("FAKE_CUDA_DIR", fake_dir, 1);
+	setenv("STASIS_LIBCUDA", lib, 1);
+	if (cuda_load(&err) < 0) {
+		fprintf(stderr, "%s\n", err->message);
+		return 1;
+	}
+	r = cmocka_run_group_tests_name("gpu", tests, NULL, NULL);
+	{
+		char cmd[128];
+
+		snprintf(cmd, sizeof(cmd), "rm -rf %s", fake_dir);
+		if (system(cmd) != 0)
+			r = 1;
+	}
+	return r;
+}

@@ -1,0 +1,196 @@
+/* SPDX-License-Identifier: MIT */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "image.h"
+#include "manifest.h"
+#include "util.h"
+
+static void fill(struct manifest *m)
+{
+	struct manifest_process *p;
+	struct manifest_gpu *g;
+	struct manifest_file *f;
+
+	manifest_init(m);
+	m->stasis_version = strdup("0.1.0");
+	m->created = strdup("2026-11-22T00:00:00Z");
+	m->hostname = strdup("host");
+	m->kernel = strdup("6.18");
+	m->criu_version = 40101;
+	m->cuda_driver_version = 13000;
+	m->options.leave_running = true;
+	g = manifest_add_gpu(m);
+	g->index = 0;
+	strcpy(g->uuid, "GPU-11111111-1111-1111-1111-111111111111");
+	strcpy(g->name, "NVIDIA H100");
+	strcpy(g->chip, "Hopper");
+	g->memory_total = 80ull << 30;
+	p = manifest_add_process(m);
+	p->pid = 100;
+	p->ppid = 1;
+	strcpy(p->comm, "parent");
+	p->cmdline = strdup("parent --flag \"quoted\"");
+	p->cuda = true;
+	p->gpu_bytes = 4ull << 30;
+	p->ngpus = 1;
+	p->gpus[0] = 0;
+	p = manifest_add_process(m);
+	p->pid = 101;
+	p->ppid = 100;
+	strcpy(p->comm, "child");
+	p->cmdline = strdup("child");
+	manifest_add_phase(m, "criu_dump", 1234);
+	manifest_add_phase(m, "criu_dump", 2345); /* replaces */
+	f = manifest_add_file(m);
+	f->name = strdup("criu/pages-1.img");
+	f->size = 4096;
+	strcpy(f->xxh128, "0123456789abcdef0123456789abcdef");
+	m->image_bytes = 4096;
+}
+
+static void roundtrip(void **state)
+{
+	struct manifest a, b;
+	struct stasis_error *err = NULL;
+	char *text;
+
+	(void)state;
+	fill(&a);
+	text = manifest_to_json(&a, true);
+	manifest_init(&b);
+	assert_int_equal(manifest_from_json(text, &b, &err), 0);
+	assert_null(err);
+	assert_int_equal(b.nprocs, 2);
+	assert_int_equal(b.procs[0].pid, 100);
+	assert_string_equal(b.procs[0].cmdline, "parent --flag \"quoted\"");
+	assert_true(b.procs[0].cuda);
+	assert_int_equal(b.procs[0].gpu_bytes, 4ull << 30);
+	assert_int_equal(b.procs[0].ngpus, 1);
+	assert_string_equal(b.gpus[b.procs[0].gpus[0]].chip, "Hopper");
+	assert_int_equal(b.criu_version, 40101);
+	assert_true(b.options.leave_running);
+	assert_int_equal(b.nphases, 1);
+	assert_int_equal(manifest_phase_usec(&b, "criu_dump"), 2345);
+	assert_int_equal(b.nfiles, 1);
+	assert_string_equal(b.files[0].xxh128, "0123456789abcdef0123456789abcdef");
+	assert_int_equal(manifest_root(&b)->pid, 100);
+	free(text);
+	manifest_free(&a);
+	manifest_free(&b);
+}
+
+static void expect_rejected(const char *json, const char *needle, int status)
+{
+	struct manifest m;
+	struct stasis_error *err = NULL;
+
+	manifest_init(&m);
+	assert_true(manifest_from_json(json, &m, &err) < 0);
+	assert_non_null(err);
+	assert_int_equal(err->status, status);
+	if (!strstr(err->message, needle))
+		fail_msg("'%s' does not mention '%s'", err->message, needle);
+	stasis_error_free(err);
+	manifest_free(&m);
+}
+
+static void rejects_bad_manifests(void **state)
+{
+	(void)state;
+	expect_rejected("{not json", "corrupt manifest", EINVAL);
+	expect_rejected("[]", "not a JSON object", EINVAL);
+	expect_rejected("{}", "no format_version", EINVAL);
+	expect_rejected("{\"format_version\": 99, \"processes\": []}", "newer than this stasis",
+			EPROTONOSUPPORT);
+	expect_rejected("{\"format_version\": 1, \"processes\": []}", "no processes", EINVAL);
+	expect_rejected("{\"format_version\": 1, \"processes\": [{\"pid\": -3, \"ppid\": 1}]}",
+			"valid pid", EINVAL);
+	expect_rejected("{\"format_version\": 1, \"processes\": [{\"pid\": 3, \"ppid\": 1}]}",
+			"no file list", EINVAL);
+	expect_rejected("{\"format_version\": 1, \"processes\": [{\"pid\": 3, \"ppid\": 1}],"
+			" \"files\": [{\"name\": \"../etc/passwd\", \"size\": 1, \"xxh128\": "
+			"\"0123456789abcdef0123456789abcdef\"}]}",
+			"valid name", EINVAL);
+	expect_rejected(
+	    "{\"format_version\": 1, \"processes\": [{\"pid\": 3, \"ppid\": 1, \"gpus\": "
+	    "[\"GPU-x\"]}], \"files\": []}",
+	    "does not list", EINVAL);
+	expect_rejected("{\"format_version\": 1, \"processes\": [{\"pid\": 3, \"ppid\": 4},"
+			"{\"pid\": 4, \"ppid\": 3}], \"files\": []}",
+			"no root", EINVAL);
+}
+
+static void write_and_verify(void **state)
+{
+	char dir[] = "/tmp/stasis-unit-XXXXXX", path[256];
+	struct manifest m, back;
+	struct stasis_error *err = NULL;
+	FILE *f;
+
+	(void)state;
+	assert_non_null(mkdtemp(dir));
+	rmdir(dir);
+	assert_int_equal(image_prepare(dir, &err), 0);
+	snprintf(path, sizeof(path), "%s/criu/pages-1.img", dir);
+	f = fopen(path, "w");
+	fputs("some pages", f);
+	fclose(f);
+	manifest_init(&m);
+	manifest_add_process(&m)->pid = 7;
+	assert_int_equal(image_checksum(dir, &m, &err), 0);
+	assert_int_equal(m.image_bytes, 10);
+	assert_int_equal(manifest_write(dir, &m, &err), 0);
+	/* A second checkpoint into the same directory is refused. */
+	assert_true(image_prepare(dir, &err) < 0);
+	assert_int_equal(err->status, EEXIST);
+	stasis_error_free(err);
+	err = NULL;
+	manifest_init(&back);
+	assert_int_equal(image_open(dir, &back, &err), 0);
+	manifest_free(&back);
+	/* One flipped byte is caught. */
+	f = fopen(path, "w");
+	fputs("some pageS", f);
+	fclose(f);
+	manifest_init(&back);
+	assert_true(image_open(dir, &back, &err) < 0);
+	assert_non_null(strstr(err->message, "does not match its checksum"));
+	stasis_error_free(err);
+	manifest_free(&back);
+	manifest_free(&m);
+	snprintf(path, sizeof(path), "rm -rf %s", dir);
+	assert_int_equal(system(path), 0);
+}
+
+static void missing_manifest(void **state)
+{
+	struct manifest m;
+	struct stasis_error *err = NULL;
+
+	(void)state;
+	manifest_init(&m);
+	assert_true(manifest_read("/nonexistent-stasis-dir", &m, &err) < 0);
+	assert_non_null(strstr(err->message, "incomplete"));
+	stasis_error_free(err);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(roundtrip),
+	    cmocka_unit_test(rejects_bad_manifests),
+	    cmocka_unit_test(write_and_verify),
+	    cmocka_unit_test(missing_manifest),
+	};
+
+	return cmocka_run_group_tests_name("manifest", tests, NULL, NULL);
+}
