@@ -34,13 +34,13 @@ __global__ void verify(const uint64_t *buf, size_t n, uint64_t seed, unsigned lo
 
 __global__ void tick(unsigned long long *counter) { (*counter)++; }
 
-static FILE *logf;
+static FILE *logfile;
 #define CHECK(x)                                                                       \
 	do {                                                                           \
 		cudaError_t e_ = (x);                                                  \
 		if (e_ != cudaSuccess) {                                               \
-			fprintf(logf, "FAIL: %s: %s\n", #x, cudaGetErrorString(e_));   \
-			fflush(logf);                                                  \
+			fprintf(logfile, "FAIL: %s: %s\n", #x, cudaGetErrorString(e_));   \
+			fflush(logfile);                                                  \
 			exit(1);                                                       \
 		}                                                                      \
 	} while (0)
@@ -81,8 +81,8 @@ static void extras_step(struct extras *x)
 	CHECK(cudaEventRecord(x->done, x->streams[1]));
 	CHECK(cudaEventSynchronize(x->done));
 	if (*x->pinned != x->graph_expected) {
-		fprintf(logf, "FAIL: graph counter %llu, expected %llu\n", *x->pinned, x->graph_expected);
-		fflush(logf);
+		fprintf(logfile, "FAIL: graph counter %llu, expected %llu\n", *x->pinned, x->graph_expected);
+		fflush(logfile);
 		exit(1);
 	}
 }
@@ -91,8 +91,8 @@ static int run(const char *dir, double gib, bool managed, bool nvml, bool stream
 {
 	char path[4096];
 	snprintf(path, sizeof(path), "%s/log-%d", dir, (int)getpid());
-	logf = fopen(path, "a");
-	setvbuf(logf, NULL, _IOLBF, 0);
+	logfile = fopen(path, "a");
+	setvbuf(logfile, NULL, _IOLBF, 0);
 	snprintf(path, sizeof(path), "%s/count-%d", dir, (int)getpid());
 	int state = open(path, O_RDWR | O_CREAT, 0644);
 
@@ -101,7 +101,7 @@ static int run(const char *dir, double gib, bool managed, bool nvml, bool stream
 		void *h = dlopen("libnvidia-ml.so.1", RTLD_NOW);
 		int (*init)(void) = h ? (int (*)(void))dlsym(h, "nvmlInit_v2") : NULL;
 		if (!init || init() != 0) {
-			fprintf(logf, "FAIL: NVML init\n");
+			fprintf(logfile, "FAIL: NVML init\n");
 			return 1;
 		}
 	}
@@ -121,12 +121,12 @@ static int run(const char *dir, double gib, bool managed, bool nvml, bool stream
 	struct extras x;
 	if (streams)
 		extras_init(&x);
-	fprintf(logf, "ready pid %d %.2f GiB\n", (int)getpid(), gib);
+	fprintf(logfile, "ready pid %d %.2f GiB\n", (int)getpid(), gib);
 	while (!stop) {
 		tick<<<1, 1>>>(counter);
 		CHECK(cudaMemcpy(&host, counter, sizeof(host), cudaMemcpyDeviceToHost));
 		if (host != ++expected) {
-			fprintf(logf, "FAIL: device counter %llu, expected %llu\n", host, expected);
+			fprintf(logfile, "FAIL: device counter %llu, expected %llu\n", host, expected);
 			return 1;
 		}
 		if (streams)
@@ -142,10 +142,10 @@ static int run(const char *dir, double gib, bool managed, bool nvml, bool stream
 	unsigned long long nbad = 0;
 	CHECK(cudaMemcpy(&nbad, bad, sizeof(nbad), cudaMemcpyDeviceToHost));
 	if (nbad) {
-		fprintf(logf, "FAIL: %llu words of the pattern changed\n", nbad);
+		fprintf(logfile, "FAIL: %llu words of the pattern changed\n", nbad);
 		return 1;
 	}
-	fprintf(logf, "PASS: %llu ticks, %.2f GiB pattern intact\n", host, gib);
+	fprintf(logfile, "PASS: %llu ticks, %.2f GiB pattern intact\n", host, gib);
 	return 0;
 }
 

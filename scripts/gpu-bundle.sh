@@ -1,0 +1,27 @@
+#!/bin/sh
+# Gather everything a GPU run needs into .gpu/ (ignored by git, carried to the
+# device): stasis and its cuda-checkpoint link, CRIU with its cuda plugin,
+# every shared library they link against except libc and the loader, and the
+# GPU workloads built for Hopper.
+# usage: gpu-bundle.sh BUILD_DIR
+set -eu
+build=$1
+root=$(cd "$(dirname "$0")/.." && pwd)
+out="$root/.gpu"
+rm -rf "$out"
+mkdir -p "$out/bin" "$out/criu/sbin" "$out/criu/lib/criu" "$out/lib" "$out/tests"
+cp "$build/bin/stasis" "$out/bin/"
+ln -s stasis "$out/bin/cuda-checkpoint"
+cp "$build/criu/sbin/criu" "$out/criu/sbin/"
+cp "$build/criu/lib/criu/cuda_plugin.so" "$out/criu/lib/criu/"
+for bin in "$out/bin/stasis" "$out/criu/sbin/criu" "$out/criu/lib/criu/cuda_plugin.so"; do
+	ldd "$bin" | awk '/=> \// { print $3 }' | while read -r lib; do
+		case $(basename "$lib") in
+		libc.so.* | ld-linux*.so.* | libm.so.* | libpthread.so.* | libdl.so.* | librt.so.*) ;;
+		*) cp -L "$lib" "$out/lib/" ;;
+		esac
+	done
+done
+nvcc -O2 -arch=sm_90 -o "$out/tests/probe" "$root/tests/gpu/probe.cu"
+cp "$root/tests/gpu/train.py" "$root/tests/gpu/run" "$out/tests/"
+du -sh "$out"
