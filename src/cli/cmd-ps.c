@@ -52,7 +52,12 @@ static void scan_nvidia_refs(pid_t pid, int *fds, bool *managed)
 		closedir(d);
 	snprintf(path, sizeof(path), "/proc/%d/maps", (int)pid);
 	maps = read_file_str(path, NULL);
-	*managed = maps && strstr(maps, "-w-s") && strstr(maps, "/dev/nvidia");
+	*managed = false;
+	/* Only managed memory maps the device write-only and shared ("-w-s");
+	 * every CUDA process has "rw-s" mappings. */
+	for (char *line = maps ? strtok(maps, "\n") : NULL; line && !*managed;
+	     line = strtok(NULL, "\n"))
+		*managed = strstr(line, " -w-s ") && strstr(line, "/dev/nvidia");
 }
 
 /* Container runtimes leave their mark in the cgroup path. */

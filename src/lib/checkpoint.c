@@ -304,8 +304,9 @@ int stasis_checkpoint(const struct stasis_checkpoint_options *o, struct manifest
 	r = checkpoint_locked(o, m, &batch, err);
 	gpu_batch_free(&batch);
 	pid_unlock(lock_fd);
+	/* Errors name their step and process already. */
 	if (r < 0)
-		return stasis_error_wrap(err, "checkpoint of PID %d", (int)o->pid);
+		return r;
 	manifest_add_phase(m, "total", now_usec() - start);
 	/* Rewrite the manifest so it carries the final timings too. */
 	return manifest_write(o->dir, m, err);
