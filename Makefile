@@ -68,11 +68,11 @@ $(BUILD)/tests/test-%: tests/unit/test-%.c $(SAN_OBJ)
 	$(CC) $(CPPFLAGS) $(CFLAGS) $(SAN_FLAGS) -o $@ $^ $(LDLIBS) -lcmocka
 
 # The fake driver for CI: same dlopen path, a state machine, fault switches.
-$(FAKE_CUDA): tests/fake-cuda/fake-cuda.c
+$(FAKE_CUDA): tests/fake-cuda/fake-cuda.c tests/fake-cuda/fake-state.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -shared -fPIC -o $@ $<
 
-$(BUILD)/bin/fake-cuda-worker: tests/fake-cuda/fake-cuda-worker.c
+$(BUILD)/bin/fake-cuda-worker: tests/fake-cuda/fake-cuda-worker.c tests/fake-cuda/fake-state.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $<
 
@@ -90,10 +90,10 @@ demo: all
 	$(STASIS) demo
 
 format:
-	clang-format -i src/*/*.c src/*/*.h tests/*/*.c
+	clang-format -i src/*/*.c src/*/*.h tests/*/*.c tests/*/*.h
 
 format-check: | $(DEPS_OK)
-	@clang-format --dry-run --Werror src/*/*.c src/*/*.h tests/*/*.c && echo "format: ok"
+	@clang-format --dry-run --Werror src/*/*.c src/*/*.h tests/*/*.c tests/*/*.h && echo "format: ok"
 
 gpu-bundle: all
 	@./scripts/gpu-bundle.sh $(BUILD)

@@ -80,11 +80,10 @@ static void fill_host_facts(struct manifest *m)
 
 static int preflight_tree(const struct stasis_checkpoint_options *o, struct stasis_error **err)
 {
-	if (o->pid <= 0 || !proc_state(o->pid)) {
-		stasis_error_set(err, ESRCH, STASIS_DOMAIN_USAGE, 0, "no process with PID %d",
-				 (int)o->pid);
-		return stasis_error_hint(err, "check the PID with ps");
-	}
+	int r = proc_require(o->pid, err);
+
+	if (r < 0)
+		return r;
 	if (proc_is_self_or_ancestor(o->pid)) {
 		stasis_error_set(err, EINVAL, STASIS_DOMAIN_USAGE, 0,
 				 "PID %d is stasis itself or one of its parents", (int)o->pid);
@@ -178,16 +177,6 @@ static int describe_gpus(struct gpu_batch *batch, struct manifest *m)
 	return 0;
 }
 
-static void record_gpu_timings(const struct gpu_batch *batch, struct manifest *m)
-{
-	for (size_t i = 0; i < batch->n; i++)
-		for (size_t j = 0; j < m->nprocs; j++)
-			if (m->procs[j].pid == batch->procs[i].pid) {
-				m->procs[j].lock_us = batch->procs[i].lock_us;
-				m->procs[j].checkpoint_us = batch->procs[i].checkpoint_us;
-			}
-}
-
 /* Which processes of the tree use CUDA; none when there is no driver. */
 static int find_cuda_processes(struct manifest *m, struct gpu_batch *batch,
 			       struct stasis_error **err)
@@ -210,30 +199,13 @@ static int find_cuda_processes(struct manifest *m, struct gpu_batch *batch,
 
 static int suspend_gpus(struct gpu_batch *batch, struct manifest *m, struct stasis_error **err)
 {
-	uint64_t start = now_usec();
 	int r = gpu_lock_all(batch, err);
 
-	manifest_add_phase(m, "cuda_lock", now_usec() - start);
 	if (r == 0)
 		r = check_interrupted("sigterm-before-gpu-checkpoint", "the GPU checkpoint", err);
-	start = now_usec();
 	if (r == 0)
 		r = gpu_checkpoint_all(batch, err);
-	manifest_add_phase(m, "cuda_checkpoint", now_usec() - start);
-	record_gpu_timings(batch, m);
-	return r;
-}
-
-static int resume_gpus(struct gpu_batch *batch, struct manifest *m, struct stasis_error **err)
-{
-	uint64_t start = now_usec();
-	int r = gpu_restore_all(batch, err);
-
-	manifest_add_phase(m, "cuda_restore", now_usec() - start);
-	start = now_usec();
-	if (r == 0)
-		r = gpu_unlock_all(batch, err);
-	manifest_add_phase(m, "cuda_unlock", now_usec() - start);
+	gpu_record(batch, m);
 	return r;
 }
 
@@ -274,12 +246,12 @@ static int checkpoint_locked(const struct stasis_checkpoint_options *o, struct m
 		return r;
 	}
 	if (o->leave_running) {
-		r = resume_gpus(batch, m, err);
-		if (r < 0) {
-			gpu_rollback(batch, err);
+		/* gpu_resume rolls back by itself on failure. */
+		r = gpu_resume(batch, err);
+		gpu_record(batch, m);
+		if (r < 0)
 			return stasis_error_wrap(err,
 						 "image written, but resuming the GPU work failed");
-		}
 	}
 	return 0;
 }

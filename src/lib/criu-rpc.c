@@ -92,16 +92,26 @@ static void configure_environment(void)
 		setenv("CRIU_LIBS_DIR", dir, 1);
 }
 
-static int new_opts(criu_opts **opts, struct stasis_error **err)
+/* The CRIU binary must be there; CRIU's environment is set up for it. */
+static int require_criu(struct stasis_error **err)
 {
-	const char *bin = criu_binary();
-
-	if (!executable(bin)) {
-		stasis_error_set(err, ENOENT, STASIS_DOMAIN_CRIU, 0, "CRIU not found (%s)", bin);
+	if (!executable(criu_binary())) {
+		stasis_error_set(err, ENOENT, STASIS_DOMAIN_CRIU, 0, "CRIU not found (%s)",
+				 criu_binary());
 		return stasis_error_hint(
 		    err, "build it with 'make' or set STASIS_CRIU to a criu 4.x binary");
 	}
 	configure_environment();
+	return 0;
+}
+
+static int new_opts(criu_opts **opts, struct stasis_error **err)
+{
+	const char *bin = criu_binary();
+	int r = require_criu(err);
+
+	if (r < 0)
+		return r;
 	if (criu_local_init_opts(opts) < 0)
 		return stasis_error_errno(err, ENOMEM, "initialising libcriu");
 	if (criu_local_set_service_binary(*opts, bin) < 0) {
@@ -196,12 +206,10 @@ int criu_run_check(struct stasis_error **err)
 	int status = 0, fd;
 	pid_t pid;
 
-	if (!executable(criu_binary())) {
-		stasis_error_set(err, ENOENT, STASIS_DOMAIN_CRIU, 0, "CRIU not found (%s)",
-				 criu_binary());
-		return stasis_error_hint(err, "build it with 'make'");
-	}
-	configure_environment();
+	int r = require_criu(err);
+
+	if (r < 0)
+		return r;
 	snprintf(out_path, sizeof(out_path), "%s/criu-check.out", stasis_run_dir());
 	fd = open(out_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
 	if (fd < 0)

@@ -75,13 +75,11 @@ int gpu_preflight_running(const struct gpu_batch *batch, struct stasis_error **e
 
 /* ---- one step, one thread per process ---- */
 
-enum gpu_step { STEP_LOCK, STEP_CHECKPOINT, STEP_RESTORE, STEP_UNLOCK };
-
 static const char *const step_names[] = {
-    [STEP_LOCK] = "lock",
-    [STEP_CHECKPOINT] = "checkpoint",
-    [STEP_RESTORE] = "restore",
-    [STEP_UNLOCK] = "unlock",
+    [GPU_STEP_LOCK] = "lock",
+    [GPU_STEP_CHECKPOINT] = "checkpoint",
+    [GPU_STEP_RESTORE] = "restore",
+    [GPU_STEP_UNLOCK] = "unlock",
 };
 
 struct step_arg {
@@ -109,27 +107,29 @@ static cuda_result run_step(struct gpu_batch *batch, struct gpu_process *p, enum
 	if (fault_at(step_names[step], p->pid))
 		return CUDA_RES_NOT_READY; /* an injected, recognisable failure */
 	switch (step) {
-	case STEP_LOCK:
+	case GPU_STEP_LOCK:
 		*timing = &p->lock_us;
 		return do_lock(batch, p->pid);
-	case STEP_CHECKPOINT:
+	case GPU_STEP_CHECKPOINT:
 		*timing = &p->checkpoint_us;
 		return cuda_checkpoint(p->pid);
-	case STEP_RESTORE:
+	case GPU_STEP_RESTORE:
 		*timing = &p->restore_us;
 		return cuda_restore(p->pid, batch->pairs, batch->npairs);
-	case STEP_UNLOCK:
+	case GPU_STEP_UNLOCK:
 		*timing = &p->unlock_us;
 		return cuda_unlock(p->pid);
+	case GPU_STEPS:
+		break;
 	}
 	return CUDA_RES_INVALID_VALUE;
 }
 
 static const enum cuda_process_state state_after[] = {
-    [STEP_LOCK] = CUDA_PROCESS_LOCKED,
-    [STEP_CHECKPOINT] = CUDA_PROCESS_CHECKPOINTED,
-    [STEP_RESTORE] = CUDA_PROCESS_LOCKED,
-    [STEP_UNLOCK] = CUDA_PROCESS_RUNNING,
+    [GPU_STEP_LOCK] = CUDA_PROCESS_LOCKED,
+    [GPU_STEP_CHECKPOINT] = CUDA_PROCESS_CHECKPOINTED,
+    [GPU_STEP_RESTORE] = CUDA_PROCESS_LOCKED,
+    [GPU_STEP_UNLOCK] = CUDA_PROCESS_RUNNING,
 };
 
 static void *step_thread(void *opaque)
@@ -151,37 +151,53 @@ static void *step_thread(void *opaque)
 	return NULL;
 }
 
-static int run_parallel(struct gpu_batch *batch, enum gpu_step step, struct stasis_error **err)
+/* Run fn for every process (every touched one with only_touched), one
+ * thread each; inline when there is one process or no thread to be had. */
+static int for_each_parallel(struct gpu_batch *batch, enum gpu_step step, void *(*fn)(void *),
+			     bool only_touched)
 {
 	_cleanup_free_ pthread_t *threads = calloc(batch->n ? batch->n : 1, sizeof(*threads));
 	_cleanup_free_ struct step_arg *args = calloc(batch->n ? batch->n : 1, sizeof(*args));
 	_cleanup_free_ bool *started = calloc(batch->n ? batch->n : 1, sizeof(*started));
 
 	if (!threads || !args || !started)
-		return stasis_error_errno(err, ENOMEM, "out of memory");
+		return -ENOMEM;
 	for (size_t i = 0; i < batch->n; i++) {
-		batch->procs[i].failed_step = NULL;
+		if (only_touched && !batch->procs[i].touched)
+			continue;
 		args[i] = (struct step_arg){.batch = batch, .proc = &batch->procs[i], .step = step};
-		/* One process needs no thread. */
-		if (batch->n > 1 && pthread_create(&threads[i], NULL, step_thread, &args[i]) == 0)
+		if (batch->n > 1 && pthread_create(&threads[i], NULL, fn, &args[i]) == 0)
 			started[i] = true;
 		else
-			step_thread(&args[i]);
+			fn(&args[i]);
 	}
 	for (size_t i = 0; i < batch->n; i++)
 		if (started[i])
 			pthread_join(threads[i], NULL);
+	return 0;
+}
+
+static int run_parallel(struct gpu_batch *batch, enum gpu_step step, struct stasis_error **err)
+{
+	uint64_t start = now_usec();
+
+	for (size_t i = 0; i < batch->n; i++)
+		batch->procs[i].failed_step = NULL;
+	if (for_each_parallel(batch, step, step_thread, false) < 0)
+		return stasis_error_errno(err, ENOMEM, "out of memory");
+	batch->step_ran[step] = true;
+	batch->step_us[step] = now_usec() - start;
 	for (size_t i = 0; i < batch->n; i++) {
 		struct gpu_process *p = &batch->procs[i];
 
 		if (!p->failed_step)
 			continue;
 		cuda_error(err, p->result, p->failed_step, p->pid);
-		if (p->result == CUDA_RES_NOT_SUPPORTED && step == STEP_CHECKPOINT)
+		if (p->result == CUDA_RES_NOT_SUPPORTED && step == GPU_STEP_CHECKPOINT)
 			stasis_error_hint(err,
 					  "the driver cannot checkpoint this process; "
 					  "managed (cudaMallocManaged) memory is not supported");
-		else if (p->result == CUDA_RES_TIMEOUT && step == STEP_LOCK)
+		else if (p->result == CUDA_RES_TIMEOUT && step == GPU_STEP_LOCK)
 			stasis_error_hint(err,
 					  "a CUDA call did not return within %u ms; raise "
 					  "--timeout",
@@ -193,29 +209,29 @@ static int run_parallel(struct gpu_batch *batch, enum gpu_step step, struct stas
 
 int gpu_lock_all(struct gpu_batch *batch, struct stasis_error **err)
 {
-	return run_parallel(batch, STEP_LOCK, err);
+	return run_parallel(batch, GPU_STEP_LOCK, err);
 }
 
 int gpu_checkpoint_all(struct gpu_batch *batch, struct stasis_error **err)
 {
-	return run_parallel(batch, STEP_CHECKPOINT, err);
+	return run_parallel(batch, GPU_STEP_CHECKPOINT, err);
 }
 
 int gpu_restore_all(struct gpu_batch *batch, struct stasis_error **err)
 {
-	return run_parallel(batch, STEP_RESTORE, err);
+	return run_parallel(batch, GPU_STEP_RESTORE, err);
 }
 
 int gpu_unlock_all(struct gpu_batch *batch, struct stasis_error **err)
 {
-	return run_parallel(batch, STEP_UNLOCK, err);
+	return run_parallel(batch, GPU_STEP_UNLOCK, err);
 }
 
 /* Ask the driver where each touched process really is, then walk it back:
  * checkpointed -> restore -> locked -> unlock -> running. */
 static void *rollback_thread(void *opaque)
 {
-	struct gpu_process *p = opaque;
+	struct gpu_process *p = ((struct step_arg *)opaque)->proc;
 	enum cuda_process_state state = p->state;
 
 	if (cuda_get_state(p->pid, &state) != CUDA_RES_SUCCESS)
@@ -230,19 +246,12 @@ static void *rollback_thread(void *opaque)
 
 int gpu_rollback(struct gpu_batch *batch, struct stasis_error **err)
 {
-	_cleanup_free_ pthread_t *threads = calloc(batch->n ? batch->n : 1, sizeof(*threads));
 	char stuck[512] = "";
 	size_t len = 0;
 	int nstuck = 0;
 
-	if (!threads)
+	if (for_each_parallel(batch, GPU_STEP_RESTORE, rollback_thread, true) < 0)
 		return -ENOMEM;
-	for (size_t i = 0; i < batch->n; i++)
-		if (batch->procs[i].touched)
-			pthread_create(&threads[i], NULL, rollback_thread, &batch->procs[i]);
-	for (size_t i = 0; i < batch->n; i++)
-		if (batch->procs[i].touched)
-			pthread_join(threads[i], NULL);
 	for (size_t i = 0; i < batch->n; i++) {
 		struct gpu_process *p = &batch->procs[i];
 
@@ -283,15 +292,22 @@ int gpu_resume(struct gpu_batch *batch, struct stasis_error **err)
 	return r;
 }
 
-uint64_t gpu_batch_max_us(const struct gpu_batch *batch, size_t offset)
+void gpu_record(const struct gpu_batch *batch, struct manifest *m)
 {
-	uint64_t max = 0;
+	for (int step = 0; step < GPU_STEPS; step++) {
+		char name[32];
 
-	for (size_t i = 0; i < batch->n; i++) {
-		uint64_t v = *(const uint64_t *)((const char *)&batch->procs[i] + offset);
-
-		if (v > max)
-			max = v;
+		if (!batch->step_ran[step])
+			continue;
+		snprintf(name, sizeof(name), "cuda_%s", step_names[step]);
+		manifest_add_phase(m, name, batch->step_us[step]);
 	}
-	return max;
+	if (!batch->step_ran[GPU_STEP_LOCK])
+		return;
+	for (size_t i = 0; i < batch->n; i++)
+		for (size_t j = 0; j < m->nprocs; j++)
+			if (m->procs[j].pid == batch->procs[i].pid) {
+				m->procs[j].lock_us = batch->procs[i].lock_us;
+				m->procs[j].checkpoint_us = batch->procs[i].checkpoint_us;
+			}
 }

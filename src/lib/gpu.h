@@ -11,6 +11,7 @@
 
 #include "cuda-api.h"
 #include "error.h"
+#include "manifest.h"
 
 #define GPU_DEFAULT_LOCK_TIMEOUT_MS 10000
 
@@ -23,6 +24,8 @@ struct gpu_process {
 	const char *failed_step;
 };
 
+enum gpu_step { GPU_STEP_LOCK, GPU_STEP_CHECKPOINT, GPU_STEP_RESTORE, GPU_STEP_UNLOCK, GPU_STEPS };
+
 struct gpu_batch {
 	struct gpu_process *procs;
 	size_t n;
@@ -30,6 +33,9 @@ struct gpu_batch {
 	/* restore onto other GPUs: pairs for every process (may be empty) */
 	const struct cuda_gpu_pair *pairs;
 	unsigned int npairs;
+	/* wall time of each step across all processes, for the steps that ran */
+	bool step_ran[GPU_STEPS];
+	uint64_t step_us[GPU_STEPS];
 };
 
 /* The processes among pids that hold CUDA state the driver can checkpoint. */
@@ -59,7 +65,8 @@ int gpu_unlock_all(struct gpu_batch *batch, struct stasis_error **err);
  * be (their PIDs are named in err). */
 int gpu_rollback(struct gpu_batch *batch, struct stasis_error **err);
 
-/* Total of one timing across the batch, for stats. */
-uint64_t gpu_batch_max_us(const struct gpu_batch *batch, size_t offset);
+/* Add the steps that ran to m's phases ("cuda_lock", ...), and each
+ * process's lock and checkpoint times to its entry in m. */
+void gpu_record(const struct gpu_batch *batch, struct manifest *m);
 
 #endif

@@ -124,17 +124,23 @@ static int add_children(pid_t pid, pid_t **pids, size_t *n, size_t *cap)
 	return r;
 }
 
+int proc_require(pid_t pid, struct stasis_error **err)
+{
+	if (pid > 0 && proc_state(pid))
+		return 0;
+	stasis_error_set(err, ESRCH, STASIS_DOMAIN_USAGE, 0, "no process with PID %d", (int)pid);
+	return stasis_error_hint(err, "check the PID with ps");
+}
+
 int proc_tree(pid_t root, pid_t **pids_out, size_t *n_out, struct stasis_error **err)
 {
 	pid_t *pids = NULL;
 	size_t n = 0, cap = 0;
 	int r;
 
-	if (!proc_state(root)) {
-		stasis_error_set(err, ESRCH, STASIS_DOMAIN_USAGE, 0, "no process with PID %d",
-				 (int)root);
-		return stasis_error_hint(err, "check the PID with ps");
-	}
+	r = proc_require(root, err);
+	if (r < 0)
+		return r;
 	r = push_pid(&pids, &n, &cap, root);
 	for (size_t i = 0; r == 0 && i < n; i++)
 		r = add_children(pids[i], &pids, &n, &cap);

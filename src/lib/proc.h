@@ -17,6 +17,9 @@ const char *proc_comm(pid_t pid, char *buf, size_t len);
 /* cmdline with NULs turned into spaces; the caller frees it. */
 char *proc_cmdline(pid_t pid);
 
+/* 0 when pid names a live process, else ESRCH "no process with PID". */
+int proc_require(pid_t pid, struct stasis_error **err);
+
 /* All PIDs of the tree rooted at root, root first, breadth-first. */
 int proc_tree(pid_t root, pid_t **pids_out, size_t *n_out, struct stasis_error **err);
 

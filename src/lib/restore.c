@@ -106,7 +106,6 @@ static void kill_tree(const struct manifest *m)
 static int resume_gpus(struct manifest *m, const struct gpu_plan *plan, struct stasis_error **err)
 {
 	struct gpu_batch batch = {.pairs = plan->pairs, .npairs = plan->npairs};
-	uint64_t start = now_usec();
 	int r = 0;
 
 	for (size_t i = 0; i < m->nprocs && r == 0; i++)
@@ -114,13 +113,12 @@ static int resume_gpus(struct manifest *m, const struct gpu_plan *plan, struct s
 			r = stasis_error_errno(err, ENOMEM, "out of memory");
 	for (size_t i = 0; i < batch.n; i++)
 		batch.procs[i].state = CUDA_PROCESS_CHECKPOINTED;
+	/* No rollback here: on failure the caller kills the tree. */
 	if (r == 0)
 		r = gpu_restore_all(&batch, err);
-	manifest_add_phase(m, "cuda_restore", now_usec() - start);
-	start = now_usec();
 	if (r == 0)
 		r = gpu_unlock_all(&batch, err);
-	manifest_add_phase(m, "cuda_unlock", now_usec() - start);
+	gpu_record(&batch, m);
 	gpu_batch_free(&batch);
 	return r;
 }
@@ -181,7 +179,7 @@ int stasis_restore(const struct stasis_restore_options *o, struct manifest *m, p
 	m->nphases = 0; /* from here on m carries this restore's timings */
 	manifest_add_phase(m, "verify", now_usec() - start);
 	r = criu_version(err);
-	if (r == 0 || r > 0)
+	if (r >= 0)
 		r = preflight_gpus(m, o->gpu_map, &plan, err);
 	if (r < 0)
 		return stasis_error_wrap(err, "restore from %s", o->dir);

@@ -13,6 +13,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "fake-state.h"
+
 static volatile sig_atomic_t stop;
 
 static void on_term(int sig)
@@ -21,49 +23,19 @@ static void on_term(int sig)
 	stop = 1;
 }
 
-static int cuda_state(void)
-{
-	char path[4096], buf[8] = "";
-	FILE *f;
-	const char *dir = getenv("FAKE_CUDA_DIR");
-
-	snprintf(path, sizeof(path), "%s/%d", dir ? dir : "/tmp/fake-cuda", (int)getpid());
-	f = fopen(path, "r");
-	if (!f)
-		return -1;
-	if (!fgets(buf, sizeof(buf), f))
-		buf[0] = '0';
-	fclose(f);
-	return atoi(buf);
-}
-
-static void register_self(void)
-{
-	char path[4096];
-	const char *dir = getenv("FAKE_CUDA_DIR");
-	FILE *f;
-
-	snprintf(path, sizeof(path), "%s/%d", dir ? dir : "/tmp/fake-cuda", (int)getpid());
-	f = fopen(path, "w");
-	if (f) {
-		fputs("0\n", f);
-		fclose(f);
-	}
-}
-
 static int run(const char *dir)
 {
 	char path[4096], buf[32];
 	unsigned long long counter = 0;
 	int fd;
 
-	register_self();
+	fake_state_write(getpid(), 0); /* register as a running CUDA process */
 	snprintf(path, sizeof(path), "%s/count-%d", dir, (int)getpid());
 	fd = open(path, O_RDWR | O_CREAT, 0644);
 	if (fd < 0)
 		return 1;
 	while (!stop) {
-		if (cuda_state() == 0) {
+		if (fake_state_read(getpid()) == 0) {
 			counter++;
 			snprintf(buf, sizeof(buf), "%020llu\n", counter);
 			if (pwrite(fd, buf, strlen(buf), 0) < 0)

@@ -15,14 +15,9 @@
 #include <sys/file.h>
 #include <unistd.h>
 
+#include "fake-state.h"
+
 #define EXPORT __attribute__((visibility("default")))
-
-static const char *state_dir(void)
-{
-	const char *d = getenv("FAKE_CUDA_DIR");
-
-	return d && *d ? d : "/tmp/fake-cuda";
-}
 
 /* Returns the injected result for call on pid, or CUDA_SUCCESS. */
 static CUresult injected(const char *call, int pid)
@@ -53,31 +48,12 @@ static int hang_ms(const char *call)
 
 static int read_state(int pid, CUprocessState *state)
 {
-	char path[4096], buf[8] = "";
-	FILE *f;
+	int v = fake_state_read(pid);
 
-	snprintf(path, sizeof(path), "%s/%d", state_dir(), pid);
-	f = fopen(path, "r");
-	if (!f)
+	if (v < 0)
 		return -1;
-	if (!fgets(buf, sizeof(buf), f))
-		buf[0] = '0';
-	fclose(f);
-	*state = (CUprocessState)atoi(buf);
+	*state = (CUprocessState)v;
 	return 0;
-}
-
-static void write_state(int pid, CUprocessState state)
-{
-	char path[4096];
-	FILE *f;
-
-	snprintf(path, sizeof(path), "%s/%d", state_dir(), pid);
-	f = fopen(path, "w");
-	if (f) {
-		fprintf(f, "%d\n", (int)state);
-		fclose(f);
-	}
 }
 
 /* One transition: from -> to, or the error the driver gives. */
@@ -95,7 +71,7 @@ static CUresult transition(const char *call, int pid, CUprocessState from, CUpro
 		return r;
 	if (state != from)
 		return CUDA_ERROR_ILLEGAL_STATE;
-	write_state(pid, to);
+	fake_state_write(pid, (int)to);
 	return CUDA_SUCCESS;
 }
 
