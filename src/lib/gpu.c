@@ -302,12 +302,22 @@ void gpu_record(const struct gpu_batch *batch, struct manifest *m)
 		snprintf(name, sizeof(name), "cuda_%s", step_names[step]);
 		manifest_add_phase(m, name, batch->step_us[step]);
 	}
-	if (!batch->step_ran[GPU_STEP_LOCK])
-		return;
-	for (size_t i = 0; i < batch->n; i++)
-		for (size_t j = 0; j < m->nprocs; j++)
-			if (m->procs[j].pid == batch->procs[i].pid) {
-				m->procs[j].lock_us = batch->procs[i].lock_us;
-				m->procs[j].checkpoint_us = batch->procs[i].checkpoint_us;
+	for (size_t i = 0; i < batch->n; i++) {
+		const struct gpu_process *g = &batch->procs[i];
+
+		for (size_t j = 0; j < m->nprocs; j++) {
+			struct manifest_process *p = &m->procs[j];
+
+			if (p->pid != g->pid)
+				continue;
+			if (batch->step_ran[GPU_STEP_LOCK]) {
+				p->lock_us = g->lock_us;
+				p->checkpoint_us = g->checkpoint_us;
 			}
+			if (batch->step_ran[GPU_STEP_RESTORE]) {
+				p->restore_us = g->restore_us;
+				p->unlock_us = g->unlock_us;
+			}
+		}
+	}
 }

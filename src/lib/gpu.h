@@ -66,7 +66,7 @@ int gpu_unlock_all(struct gpu_batch *batch, struct stasis_error **err);
 int gpu_rollback(struct gpu_batch *batch, struct stasis_error **err);
 
 /* Add the steps that ran to m's phases ("cuda_lock", ...), and each
- * process's lock and checkpoint times to its entry in m. */
+ * process's step times to its entry in m. */
 void gpu_record(const struct gpu_batch *batch, struct manifest *m);
 
 #endif

@@ -65,12 +65,24 @@ int manifest_add_phase(struct manifest *m, const char *name, uint64_t usec)
 	return 0;
 }
 
-uint64_t manifest_phase_usec(const struct manifest *m, const char *name)
+static const struct manifest_phase *find_phase(const struct manifest *m, const char *name)
 {
 	for (size_t i = 0; i < m->nphases; i++)
 		if (strcmp(m->phases[i].name, name) == 0)
-			return m->phases[i].usec;
-	return 0;
+			return &m->phases[i];
+	return NULL;
+}
+
+uint64_t manifest_phase_usec(const struct manifest *m, const char *name)
+{
+	const struct manifest_phase *p = find_phase(m, name);
+
+	return p ? p->usec : 0;
+}
+
+bool manifest_has_phase(const struct manifest *m, const char *name)
+{
+	return find_phase(m, name) != NULL;
 }
 
 struct manifest_process *manifest_add_process(struct manifest *m)
@@ -134,6 +146,10 @@ static json_object *process_to_json(const struct manifest *m, const struct manif
 	if (p->cuda) {
 		add_u64(o, "lock_us", p->lock_us);
 		add_u64(o, "checkpoint_us", p->checkpoint_us);
+	}
+	if (p->cuda && p->restore_us) {
+		add_u64(o, "restore_us", p->restore_us);
+		add_u64(o, "unlock_us", p->unlock_us);
 	}
 	return o;
 }
@@ -305,6 +321,8 @@ static int decode_process(json_object *o, struct manifest *m, struct stasis_erro
 	get_u64(o, "gpu_bytes", &p->gpu_bytes);
 	get_u64(o, "lock_us", &p->lock_us);
 	get_u64(o, "checkpoint_us", &p->checkpoint_us);
+	get_u64(o, "restore_us", &p->restore_us);
+	get_u64(o, "unlock_us", &p->unlock_us);
 	for (size_t i = 0; gpus && i < json_object_array_length(gpus); i++) {
 		const char *uuid = json_object_get_string(json_object_array_get_idx(gpus, i));
 		int idx = uuid ? gpu_index_by_uuid(m, uuid) : -1;

@@ -31,7 +31,8 @@ struct manifest_process {
 	uint64_t gpu_bytes;
 	size_t ngpus;
 	int gpus[MANIFEST_MAX_PROCESS_GPUS]; /* indexes into manifest.gpus */
-	uint64_t lock_us, checkpoint_us;
+	uint64_t lock_us, checkpoint_us;     /* at checkpoint */
+	uint64_t restore_us, unlock_us;	     /* at restore, or with leave_running */
 };
 
 struct manifest_phase {
@@ -77,6 +78,7 @@ void manifest_free(struct manifest *m);
 
 int manifest_add_phase(struct manifest *m, const char *name, uint64_t usec);
 uint64_t manifest_phase_usec(const struct manifest *m, const char *name);
+bool manifest_has_phase(const struct manifest *m, const char *name);
 struct manifest_process *manifest_add_process(struct manifest *m);
 struct manifest_gpu *manifest_add_gpu(struct manifest *m);
 struct manifest_file *manifest_add_file(struct manifest *m);

@@ -10,6 +10,8 @@ char *stasis_stats_json(const struct manifest *m)
 	json_object *root = json_object_new_object();
 	json_object *phases = json_object_new_object();
 	json_object *procs = json_object_new_array();
+	bool checkpointed = manifest_has_phase(m, "cuda_lock");
+	bool restored = manifest_has_phase(m, "cuda_restore");
 	char *text;
 
 	for (size_t i = 0; i < m->nphases; i++)
@@ -25,9 +27,18 @@ char *stasis_stats_json(const struct manifest *m)
 		o = json_object_new_object();
 		json_object_object_add(o, "pid", json_object_new_int(p->pid));
 		json_object_object_add(o, "gpu_bytes", json_object_new_uint64(p->gpu_bytes));
-		json_object_object_add(o, "lock_us", json_object_new_uint64(p->lock_us));
-		json_object_object_add(o, "checkpoint_us",
-				       json_object_new_uint64(p->checkpoint_us));
+		/* The steps this operation ran: a restore's stats show its own. */
+		if (checkpointed) {
+			json_object_object_add(o, "lock_us", json_object_new_uint64(p->lock_us));
+			json_object_object_add(o, "checkpoint_us",
+					       json_object_new_uint64(p->checkpoint_us));
+		}
+		if (restored) {
+			json_object_object_add(o, "restore_us",
+					       json_object_new_uint64(p->restore_us));
+			json_object_object_add(o, "unlock_us",
+					       json_object_new_uint64(p->unlock_us));
+		}
 		json_object_array_add(procs, o);
 	}
 	json_object_object_add(root, "cuda_processes", procs);

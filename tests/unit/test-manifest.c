@@ -43,6 +43,8 @@ static void fill(struct manifest *m)
 	p->gpu_bytes = 4ull << 30;
 	p->ngpus = 1;
 	p->gpus[0] = 0;
+	p->restore_us = 77;
+	p->unlock_us = 3;
 	p = manifest_add_process(m);
 	p->pid = 101;
 	p->ppid = 100;
@@ -75,6 +77,8 @@ static void roundtrip(void **state)
 	assert_true(b.procs[0].cuda);
 	assert_int_equal(b.procs[0].gpu_bytes, 4ull << 30);
 	assert_int_equal(b.procs[0].ngpus, 1);
+	assert_int_equal(b.procs[0].restore_us, 77);
+	assert_int_equal(b.procs[0].unlock_us, 3);
 	assert_string_equal(b.gpus[b.procs[0].gpus[0]].chip, "Hopper");
 	assert_int_equal(b.criu_version, 40101);
 	assert_true(b.options.leave_running);
