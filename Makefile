@@ -31,9 +31,11 @@ UNIT_BIN  := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
 FAKE_CUDA := $(BUILD)/fake/libcuda.so.1
 WORKLOADS := $(BUILD)/bin/fake-cuda-worker
+# stasis's CRIU plugin, found by stasis at ../lib/stasis/criu from its binary.
+PLUGIN    := $(BUILD)/lib/stasis/criu/stasis_nvidia_files.so
 
 .PHONY: all deps criu check unit e2e demo clean format format-check gpu-bundle bench-cpu
-all: $(STASIS) $(BUILD)/bin/cuda-checkpoint
+all: $(STASIS) $(BUILD)/bin/cuda-checkpoint $(PLUGIN)
 
 $(DEPS_OK): scripts/deps.sh
 	@./scripts/deps.sh
@@ -59,6 +61,10 @@ $(BUILD)/san/%.o: src/%.c $(CRIU)/lib/libcriu.a
 $(STASIS): $(LIB_OBJ) $(CLI_OBJ)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+
+$(PLUGIN): src/criu-plugin/nvidia-files.c $(CRIU)/lib/libcriu.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -shared -fPIC -o $@ $<
 
 $(BUILD)/bin/cuda-checkpoint: $(STASIS)
 	ln -sf stasis $@
@@ -102,7 +108,7 @@ bench-cpu: all
 	@./bench/bench-cpu $(BUILD)
 
 clean:
-	rm -rf $(BUILD)/obj $(BUILD)/san $(BUILD)/bin $(BUILD)/tests $(BUILD)/fake
+	rm -rf $(BUILD)/obj $(BUILD)/san $(BUILD)/bin $(BUILD)/lib $(BUILD)/tests $(BUILD)/fake
 
 .SECONDARY:
 

@@ -11,7 +11,7 @@ build=$2
 prefix=$3
 
 if [ -x "$prefix/sbin/criu" ] && [ -f "$prefix/lib/libcriu.a" ] &&
-	[ -f "$prefix/lib/criu/cuda_plugin.so" ]; then
+	[ -f "$prefix/lib/criu/cuda_plugin.so" ] && [ -f "$prefix/include/criu/criu-plugin.h" ]; then
 	exit 0
 fi
 
@@ -36,6 +36,6 @@ mkdir -p "$prefix/sbin" "$prefix/lib/criu" "$prefix/include/criu"
 install -m 755 "$src/criu/criu" "$prefix/sbin/criu"
 install -m 644 "$src/lib/c/libcriu.a" "$prefix/lib/libcriu.a"
 install -m 644 "$src/lib/c/criu.h" "$src/criu/include/version.h" \
-	"$src/images/rpc.pb-c.h" "$prefix/include/criu/"
+	"$src/images/rpc.pb-c.h" "$src/criu/include/criu-plugin.h" "$prefix/include/criu/"
 install -m 755 "$src/plugins/cuda/cuda_plugin.so" "$prefix/lib/criu/cuda_plugin.so"
 echo "build-criu: installed into $prefix"

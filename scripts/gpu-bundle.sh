@@ -9,9 +9,10 @@ build=$1
 root=$(cd "$(dirname "$0")/.." && pwd)
 out="$root/.gpu"
 rm -rf "$out"
-mkdir -p "$out/bin" "$out/criu/sbin" "$out/criu/lib/criu" "$out/lib" "$out/tests"
+mkdir -p "$out/bin" "$out/criu/sbin" "$out/criu/lib/criu" "$out/lib/stasis/criu" "$out/tests"
 cp "$build/bin/stasis" "$out/bin/"
 ln -s stasis "$out/bin/cuda-checkpoint"
+cp "$build/lib/stasis/criu/"*.so "$out/lib/stasis/criu/"
 cp "$build/criu/sbin/criu" "$out/criu/sbin/"
 cp "$build/criu/lib/criu/cuda_plugin.so" "$out/criu/lib/criu/"
 for bin in "$out/bin/stasis" "$out/criu/sbin/criu" "$out/criu/lib/criu/cuda_plugin.so"; do

@@ -11,11 +11,13 @@
 #include <time.h>
 
 #include "criu-rpc.h"
+#include "devfiles.h"
 #include "fault.h"
 #include "gpu.h"
 #include "image.h"
 #include "lock.h"
 #include "nvml.h"
+#include "preflight.h"
 #include "proc.h"
 #include "stasis.h"
 #include "util.h"
@@ -205,6 +207,9 @@ static int suspend_gpus(struct gpu_batch *batch, struct manifest *m, struct stas
 		r = check_interrupted("sigterm-before-gpu-checkpoint", "the GPU checkpoint", err);
 	if (r == 0)
 		r = gpu_checkpoint_all(batch, err);
+	/* What the driver left behind must be something CRIU can save. */
+	if (r == 0)
+		r = nvidia_refs_check(m, true, err);
 	gpu_record(batch, m);
 	return r;
 }
@@ -231,6 +236,10 @@ static int checkpoint_locked(const struct stasis_checkpoint_options *o, struct m
 		r = find_cuda_processes(m, batch, err);
 	if (r == 0)
 		r = describe_gpus(batch, m);
+	if (r == 0)
+		r = preflight_gpu_checkpoint(m, err);
+	if (r == 0)
+		r = nvidia_refs_check(m, false, err);
 	manifest_add_phase(m, "preflight", now_usec() - start);
 	if (r < 0)
 		return r;

@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 
 #include "breakpoints.h"
+#include "devfiles.h"
 #include "lock.h"
 #include "util.h"
 
@@ -44,7 +45,6 @@ const char *criu_binary(void)
 {
 	const char *env = getenv("STASIS_CRIU");
 	char self[PATH_MAX];
-	ssize_t n;
 
 	if (criu_path[0])
 		return criu_path;
@@ -53,18 +53,10 @@ const char *criu_binary(void)
 		return criu_path;
 	}
 	/* The CRIU built with stasis sits at ../criu/sbin/criu from bin/stasis. */
-	n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-	if (n > 0) {
-		char *slash;
-
-		self[n] = '\0';
-		slash = strrchr(self, '/');
-		if (slash) {
-			*slash = '\0';
-			snprintf(criu_path, sizeof(criu_path), "%s/../criu/sbin/criu", self);
-			if (executable(criu_path))
-				return criu_path;
-		}
+	if (self_dir(self, sizeof(self)) == 0) {
+		snprintf(criu_path, sizeof(criu_path), "%s/../criu/sbin/criu", self);
+		if (executable(criu_path))
+			return criu_path;
 	}
 	if (find_in_path("criu", criu_path, sizeof(criu_path)))
 		return criu_path;
@@ -79,14 +71,20 @@ const char *criu_version_string(int version, char *buf, size_t len)
 }
 
 /* CRIU loads every plugin in its libdir. stasis does the GPU steps itself,
- * so CRIU gets an empty one unless the user chose a libdir. */
+ * so CRIU gets only stasis's own plugin (for leftover /dev/nvidia*
+ * descriptors), never the cuda plugin, unless the user chose a libdir. */
 static void configure_environment(void)
 {
+	const char *plugins = stasis_criu_plugin_dir();
 	char dir[4096];
 
 	hw_breakpoints_configure_criu();
 	if (getenv("CRIU_LIBS_DIR"))
 		return;
+	if (plugins) {
+		setenv("CRIU_LIBS_DIR", plugins, 1);
+		return;
+	}
 	snprintf(dir, sizeof(dir), "%s/criu-no-plugins", stasis_run_dir());
 	if (mkdir_p(dir) == 0)
 		setenv("CRIU_LIBS_DIR", dir, 1);

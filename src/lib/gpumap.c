@@ -151,6 +151,21 @@ static int check_targets(const struct manifest *m, const struct nvml_gpu *gpus,
 	return 0;
 }
 
+/* The device files follow the GPUs: /dev/nvidiaOLD becomes /dev/nvidiaNEW. */
+static void plan_dev_map(const struct manifest *m, const struct nvml_gpu *gpus,
+			 struct gpu_plan *plan)
+{
+	for (size_t i = 0; i < plan->n; i++) {
+		int from = m->gpus[i].minor, to = gpus[plan->target[i]].minor;
+		size_t used = strlen(plan->dev_map);
+
+		if (from < 0 || to < 0 || from == to)
+			continue;
+		snprintf(plan->dev_map + used, sizeof(plan->dev_map) - used, "%s%d:%d",
+			 used ? "," : "", from, to);
+	}
+}
+
 int gpu_plan_make(const struct manifest *m, const struct nvml_gpu *gpus, size_t ngpus,
 		  const char *map, struct gpu_plan *plan, struct stasis_error **err)
 {
@@ -182,6 +197,7 @@ int gpu_plan_make(const struct manifest *m, const struct nvml_gpu *gpus, size_t 
 		if (memcmp(&pair->old_uuid, &pair->new_uuid, sizeof(pair->old_uuid)) != 0)
 			identity = false;
 	}
+	plan_dev_map(m, gpus, plan);
 	/* Pairs only when something moves: drivers before 580 refuse them. */
 	plan->npairs = identity ? 0 : (unsigned int)plan->n;
 	return 0;

@@ -18,6 +18,7 @@ struct gpu_plan {
 	struct cuda_gpu_pair pairs[64];
 	unsigned int npairs; /* 0 when every GPU maps onto itself */
 	char notes[512];     /* "GPU-a -> GPU-b (same chip)" for the user */
+	char dev_map[512];   /* "OLD:NEW,..." /dev/nvidiaN minors that move */
 };
 
 /* Parse "OLD=NEW,..." (UUIDs or indexes) against the image's GPUs and the

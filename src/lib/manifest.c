@@ -147,6 +147,9 @@ static json_object *process_to_json(const struct manifest *m, const struct manif
 		add_u64(o, "lock_us", p->lock_us);
 		add_u64(o, "checkpoint_us", p->checkpoint_us);
 	}
+	if (p->device_files)
+		json_object_object_add(o, "device_files",
+				       json_object_new_int((int)p->device_files));
 	if (p->cuda && p->restore_us) {
 		add_u64(o, "restore_us", p->restore_us);
 		add_u64(o, "unlock_us", p->unlock_us);
@@ -163,6 +166,7 @@ static json_object *gpu_to_json(const struct manifest_gpu *g)
 	add_str(o, "name", g->name);
 	add_str(o, "chip", g->chip);
 	add_u64(o, "memory_total", g->memory_total);
+	json_object_object_add(o, "minor", json_object_new_int(g->minor));
 	return o;
 }
 
@@ -295,6 +299,7 @@ static int decode_gpus(json_object *root, struct manifest *m, struct stasis_erro
 		if ((v = field(o, "index", json_type_int)))
 			g->index = json_object_get_int(v);
 		get_u64(o, "memory_total", &g->memory_total);
+		g->minor = (v = field(o, "minor", json_type_int)) ? json_object_get_int(v) : -1;
 	}
 	return 0;
 }
@@ -306,6 +311,7 @@ static int decode_process(json_object *o, struct manifest *m, struct stasis_erro
 	json_object *comm = field(o, "comm", json_type_string);
 	json_object *gpus = field(o, "gpus", json_type_array);
 	struct manifest_process *p;
+	json_object *v;
 
 	if (!pid || !ppid || json_object_get_int(pid) <= 0)
 		return corrupt(err, "a process without a valid pid");
@@ -323,6 +329,8 @@ static int decode_process(json_object *o, struct manifest *m, struct stasis_erro
 	get_u64(o, "checkpoint_us", &p->checkpoint_us);
 	get_u64(o, "restore_us", &p->restore_us);
 	get_u64(o, "unlock_us", &p->unlock_us);
+	if ((v = field(o, "device_files", json_type_int)))
+		p->device_files = (unsigned int)json_object_get_int(v);
 	for (size_t i = 0; gpus && i < json_object_array_length(gpus); i++) {
 		const char *uuid = json_object_get_string(json_object_array_get_idx(gpus, i));
 		int idx = uuid ? gpu_index_by_uuid(m, uuid) : -1;

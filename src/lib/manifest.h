@@ -20,6 +20,7 @@ struct manifest_gpu {
 	char name[96];
 	char chip[32]; /* architecture, "Hopper" */
 	uint64_t memory_total;
+	int minor; /* N of its /dev/nvidiaN, -1 when unknown */
 };
 
 struct manifest_process {
@@ -33,6 +34,7 @@ struct manifest_process {
 	int gpus[MANIFEST_MAX_PROCESS_GPUS]; /* indexes into manifest.gpus */
 	uint64_t lock_us, checkpoint_us;     /* at checkpoint */
 	uint64_t restore_us, unlock_us;	     /* at restore, or with leave_running */
+	unsigned int device_files;	     /* /dev/nvidia* descriptors saved by the plugin */
 };
 
 struct manifest_phase {

@@ -49,6 +49,7 @@ static struct {
 	nvml_return (*persistence_mode)(nvml_device dev, unsigned int *mode);
 	nvml_return (*mig_mode)(nvml_device dev, unsigned int *current, unsigned int *pending);
 	nvml_return (*compute_mode)(nvml_device dev, unsigned int *mode);
+	nvml_return (*minor_number)(nvml_device dev, unsigned int *minor);
 	nvml_return (*compute_processes)(nvml_device dev, unsigned int *count,
 					 struct nvml_process_info *infos);
 } nvml;
@@ -77,6 +78,7 @@ static void load(void)
 	    {"nvmlDeviceGetPersistenceMode", (void **)&nvml.persistence_mode},
 	    {"nvmlDeviceGetMigMode", (void **)&nvml.mig_mode},
 	    {"nvmlDeviceGetComputeMode", (void **)&nvml.compute_mode},
+	    {"nvmlDeviceGetMinorNumber", (void **)&nvml.minor_number},
 	    {"nvmlDeviceGetComputeRunningProcesses_v3", (void **)&nvml.compute_processes},
 	};
 
@@ -156,6 +158,9 @@ static void describe_gpu(nvml_device dev, struct nvml_gpu *g)
 	g->mig = -1;
 	if (nvml.mig_mode && nvml.mig_mode(dev, &v, &pending) == NVML_SUCCESS)
 		g->mig = (int)v;
+	g->minor = -1;
+	if (nvml.minor_number && nvml.minor_number(dev, &v) == NVML_SUCCESS)
+		g->minor = (int)v;
 	g->compute_mode = 0;
 	if (nvml.compute_mode && nvml.compute_mode(dev, &v) == NVML_SUCCESS)
 		g->compute_mode = (int)v;
@@ -237,6 +242,7 @@ static int manifest_gpu_for(struct manifest *m, const struct nvml_gpu *g)
 	snprintf(mg->name, sizeof(mg->name), "%s", g->name);
 	snprintf(mg->chip, sizeof(mg->chip), "%s", g->arch);
 	mg->memory_total = g->memory_total;
+	mg->minor = g->minor;
 	return (int)(m->ngpus - 1);
 }
 

@@ -21,6 +21,7 @@ struct nvml_gpu {
 	uint64_t memory_total, memory_used;
 	int persistence;  /* 1 enabled, 0 disabled, -1 unknown */
 	int mig;	  /* current MIG mode, -1 when not supported */
+	int minor;	  /* N of /dev/nvidiaN, -1 when unknown */
 	int compute_mode; /* 0 default, 2 prohibited, 3 exclusive process */
 };
 

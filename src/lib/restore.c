@@ -146,8 +146,12 @@ static int restore_locked(const struct stasis_restore_options *o, struct manifes
 	if (fault_at("criu-restore", 0))
 		r = stasis_error_set(err, EIO, STASIS_DOMAIN_CRIU, 0,
 				     "criu restore failed: injected fault");
-	else
+	else {
+		/* stasis's CRIU plugin moves /dev/nvidiaN descriptors with the map. */
+		setenv("STASIS_NVIDIA_DEV_MAP", plan->dev_map, 1);
 		r = criu_run_restore(&req, root_out, err);
+		unsetenv("STASIS_NVIDIA_DEV_MAP");
+	}
 	manifest_add_phase(m, "criu_restore", now_usec() - start);
 	if (r < 0)
 		return r;

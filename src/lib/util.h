@@ -71,6 +71,10 @@ int dir_is_empty(const char *path);
 /* Strip trailing whitespace in place and return s. */
 char *strip_trailing(char *s);
 
+/* The folder of the running stasis binary (for files installed beside
+ * it); -1 when /proc cannot say. */
+int self_dir(char *out, size_t len);
+
 /* Human-readable byte count ("4.0 GiB") into buf. */
 const char *format_bytes(uint64_t bytes, char *buf, size_t len);
 

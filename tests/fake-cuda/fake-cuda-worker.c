@@ -3,12 +3,17 @@
  * counts only while its state says running, the way a real process blocks
  * in its CUDA calls while locked. With N children, each does the same.
  *   fake-cuda-worker DIR [CHILDREN]
- * DIR/count-PID holds each process's counter; DIR/log its events. */
+ * DIR/count-PID holds each process's counter; DIR/log its events.
+ * Leftover device references, as a real CUDA process's forked child has:
+ *   FAKE_WORKER_DEVFILE=PATH   open PATH before forking and keep it open
+ *   FAKE_WORKER_DEVMAP=PATH    map PATH shared as well
+ *   FAKE_WORKER_IDLE_CHILD=1   fork a child that never "uses CUDA" */
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -46,6 +51,22 @@ static int run(const char *dir)
 	return 0;
 }
 
+static void hold_device_refs(void)
+{
+	const char *file = getenv("FAKE_WORKER_DEVFILE"), *map = getenv("FAKE_WORKER_DEVMAP");
+
+	if (file && *file && open(file, O_RDWR) < 0)
+		exit(3);
+	if (map && *map) {
+		int fd = open(map, O_RDWR);
+
+		if (fd < 0 ||
+		    mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) == MAP_FAILED)
+			exit(3);
+		close(fd);
+	}
+}
+
 int main(int argc, char **argv)
 {
 	int children = argc > 2 ? atoi(argv[2]) : 0;
@@ -60,6 +81,13 @@ int main(int argc, char **argv)
 	dup2(null, 2);
 	sigemptyset(&sa.sa_mask);
 	sigaction(SIGTERM, &sa, NULL);
+	hold_device_refs();
+	if (getenv("FAKE_WORKER_IDLE_CHILD") && *getenv("FAKE_WORKER_IDLE_CHILD") && fork() == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		while (!stop)
+			usleep(10000);
+		return 0;
+	}
 	for (int i = 0; i < children; i++) {
 		if (fork() == 0) {
 			prctl(PR_SET_PDEATHSIG, SIGKILL);

@@ -200,7 +200,9 @@ static void gpu_plan(void **state)
 			 "GPU-%d%d%d%d%d%d%d%d-0000-0000-0000-000000000000", i, i, i, i, i, i, i,
 			 i);
 		strcpy(g->chip, "Hopper");
+		g->minor = i;
 		gpus[i].index = i;
+		gpus[i].minor = i;
 		snprintf(gpus[i].uuid, sizeof(gpus[i].uuid), "%s", g->uuid);
 		strcpy(gpus[i].arch, "Hopper");
 		gpus[i].memory_total = 80ull << 30;
@@ -214,11 +216,14 @@ static void gpu_plan(void **state)
 	/* Same machine: identity, no pairs. */
 	assert_int_equal(gpu_plan_make(&m, gpus, 2, NULL, &plan, &err), 0);
 	assert_int_equal(plan.npairs, 0);
+	assert_string_equal(plan.dev_map, "");
 	/* A swap is a permutation the driver accepts. */
 	assert_int_equal(gpu_plan_make(&m, gpus, 2, "0=1,1=0", &plan, &err), 0);
 	assert_int_equal(plan.npairs, 2);
 	assert_int_equal(plan.target[0], 1);
 	assert_int_equal(plan.target[1], 0);
+	/* ... and /dev/nvidia0 and /dev/nvidia1 follow it. */
+	assert_string_equal(plan.dev_map, "0:1,1:0");
 	/* Two onto one is refused. */
 	assert_true(gpu_plan_make(&m, gpus, 2, "0=1,1=1", &plan, &err) < 0);
 	stasis_error_free(err);

@@ -1,0 +1,105 @@
+/* SPDX-License-Identifier: MIT */
+/* A CRIU plugin for the /dev/nvidia* descriptors a process still holds after
+ * the driver's checkpoint, such as a child forked from a CUDA parent that
+ * never used CUDA itself. CRIU cannot save a character device it does not
+ * know; this plugin saves the path and open flags of each such descriptor
+ * into the image, and at restore reopens the path, moved to the GPU that the
+ * restore maps it to ($STASIS_NVIDIA_DEV_MAP, "OLD:NEW,..." minor numbers,
+ * set by stasis from its GPU map). */
+#include <criu/criu-plugin.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define RECORD_NAME "stasis-nvidia-file-%x"
+
+/* Tests point this at device nodes of their own. */
+static const char *dev_prefix(void)
+{
+	const char *p = getenv("STASIS_NVIDIA_DEV_PREFIX");
+
+	return p && *p ? p : "/dev/nvidia";
+}
+
+/* /dev/nvidiaN with N given by the map; other paths stay as they are. */
+static void map_path(const char *path, char *out, size_t len)
+{
+	const char *prefix = dev_prefix(), *map = getenv("STASIS_NVIDIA_DEV_MAP");
+	size_t plen = strlen(prefix);
+	char *end;
+	long minor;
+
+	snprintf(out, len, "%s", path);
+	if (!map || strncmp(path, prefix, plen) != 0)
+		return;
+	minor = strtol(path + plen, &end, 10);
+	if (end == path + plen || *end)
+		return;
+	for (const char *p = map; p && *p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL) {
+		long from, to;
+
+		if (sscanf(p, "%ld:%ld", &from, &to) == 2 && from == minor) {
+			snprintf(out, len, "%s%ld", prefix, to);
+			return;
+		}
+	}
+}
+
+static int dump_file(int fd, int id)
+{
+	char link[64], path[PATH_MAX], name[64];
+	int flags, out;
+	ssize_t n;
+
+	snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+	n = readlink(link, path, sizeof(path) - 1);
+	if (n < 0)
+		return -errno;
+	path[n] = '\0';
+	if (strncmp(path, dev_prefix(), strlen(dev_prefix())) != 0)
+		return -ENOTSUP; /* not ours: another plugin may know it */
+	flags = fcntl(fd, F_GETFL);
+	if (flags < 0)
+		return -errno;
+	snprintf(name, sizeof(name), RECORD_NAME, (unsigned int)id);
+	out = openat(criu_get_image_dir(), name, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (out < 0)
+		return -errno;
+	if (dprintf(out, "%o %s\n", (unsigned int)flags, path) < 0 || close(out) < 0)
+		return -EIO;
+	return 0;
+}
+
+static int restore_file(int id)
+{
+	char name[64], line[PATH_MAX + 32], path[PATH_MAX], mapped[PATH_MAX];
+	unsigned int flags;
+	FILE *f;
+	int fd;
+
+	snprintf(name, sizeof(name), RECORD_NAME, (unsigned int)id);
+	fd = openat(criu_get_image_dir(), name, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -ENOTSUP;
+	f = fdopen(fd, "r");
+	if (!f) {
+		close(fd);
+		return -ENOMEM;
+	}
+	if (!fgets(line, sizeof(line), f) || sscanf(line, "%o %4095s", &flags, path) != 2) {
+		fclose(f);
+		return -EINVAL;
+	}
+	fclose(f);
+	map_path(path, mapped, sizeof(mapped));
+	fd = open(mapped, (int)flags & ~(O_CREAT | O_TRUNC | O_EXCL));
+	return fd < 0 ? -errno : fd;
+}
+
+CR_PLUGIN_REGISTER_DUMMY("stasis_nvidia_files")
+CR_PLUGIN_REGISTER_HOOK(CR_PLUGIN_HOOK__DUMP_EXT_FILE, dump_file)
+CR_PLUGIN_REGISTER_HOOK(CR_PLUGIN_HOOK__RESTORE_EXT_FILE, restore_file)

@@ -1,0 +1,193 @@
+/* SPDX-License-Identifier: MIT */
+#include "preflight.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "nvml.h"
+#include "proc.h"
+#include "util.h"
+
+int preflight_host_memory_fits(uint64_t need, uint64_t available, const char *where,
+			       struct stasis_error **err)
+{
+	char a[32], b[32], c[32];
+
+	if (need + PREFLIGHT_HOST_RESERVE <= available)
+		return 0;
+	stasis_error_set(err, ENOMEM, STASIS_DOMAIN_USAGE, 0,
+			 "not enough free host memory in %s for the GPU state: %s of GPU memory "
+			 "to copy plus %s reserve, %s available",
+			 where, format_bytes(need, a, sizeof(a)),
+			 format_bytes(PREFLIGHT_HOST_RESERVE, b, sizeof(b)),
+			 format_bytes(available, c, sizeof(c)));
+	return stasis_error_hint(err, "free host memory or raise the memory limit, then retry");
+}
+
+static uint64_t mem_available(void)
+{
+	_cleanup_free_ char *info = read_file_str("/proc/meminfo", NULL);
+	const char *line = info ? strstr(info, "MemAvailable:") : NULL;
+
+	return line ? strtoull(line + strlen("MemAvailable:"), NULL, 10) * 1024 : UINT64_MAX;
+}
+
+/* The cgroup (v2) path of pid, "/a/b"; empty when unknown. */
+static void cgroup_of(pid_t pid, char *out, size_t len)
+{
+	char path[64];
+	_cleanup_free_ char *text = NULL;
+	char *line;
+
+	out[0] = '\0';
+	snprintf(path, sizeof(path), "/proc/%d/cgroup", (int)pid);
+	text = read_file_str(path, NULL);
+	line = text ? strstr(text, "0::") : NULL;
+	if (line)
+		snprintf(out, len, "%s", strip_trailing(strtok(line + 3, "\n")));
+}
+
+static uint64_t read_u64(const char *dir, const char *name)
+{
+	char path[PATH_MAX + 32];
+	_cleanup_free_ char *text = NULL;
+
+	snprintf(path, sizeof(path), "/sys/fs/cgroup%s/%s", dir, name);
+	text = read_file_str(path, NULL);
+	if (!text || strncmp(text, "max", 3) == 0)
+		return UINT64_MAX;
+	return strtoull(text, NULL, 10);
+}
+
+/* The room left under memory.max in cgroup and every ancestor. */
+static uint64_t cgroup_headroom(const char *cgroup, char *limited_by, size_t len)
+{
+	char dir[PATH_MAX];
+	uint64_t best = UINT64_MAX;
+
+	snprintf(dir, sizeof(dir), "%s", cgroup);
+	while (dir[0] && strcmp(dir, "/") != 0) {
+		uint64_t max = read_u64(dir, "memory.max"), cur = read_u64(dir, "memory.current");
+		char *slash;
+
+		if (max != UINT64_MAX && cur != UINT64_MAX) {
+			uint64_t room = max > cur ? max - cur : 0;
+
+			if (room < best) {
+				best = room;
+				snprintf(limited_by, len, "cgroup %s", dir);
+			}
+		}
+		slash = strrchr(dir, '/');
+		if (!slash)
+			break;
+		*slash = '\0';
+	}
+	return best;
+}
+
+static int check_host_memory(const struct manifest *m, struct stasis_error **err)
+{
+	uint64_t total = 0;
+	int r;
+
+	for (size_t i = 0; i < m->nprocs; i++) {
+		char cgroup[PATH_MAX], where[PATH_MAX + 16];
+		uint64_t need = 0, room;
+
+		if (!m->procs[i].cuda)
+			continue;
+		total += m->procs[i].gpu_bytes;
+		/* The GPU memory lands in each process, charged to its cgroup. */
+		cgroup_of(m->procs[i].pid, cgroup, sizeof(cgroup));
+		for (size_t j = 0; j < m->nprocs; j++) {
+			char other[PATH_MAX];
+
+			cgroup_of(m->procs[j].pid, other, sizeof(other));
+			if (m->procs[j].cuda && strcmp(other, cgroup) == 0)
+				need += m->procs[j].gpu_bytes;
+		}
+		room = cgroup_headroom(cgroup, where, sizeof(where));
+		if (room != UINT64_MAX) {
+			r = preflight_host_memory_fits(need, room, where, err);
+			if (r < 0)
+				return stasis_error_wrap(err, "PID %d", (int)m->procs[i].pid);
+		}
+	}
+	return total ? preflight_host_memory_fits(total, mem_available(), "the machine", err) : 0;
+}
+
+static pid_t find_mps_daemon(void)
+{
+	DIR *dir = opendir("/proc");
+	struct dirent *de;
+	pid_t found = 0;
+
+	if (!dir)
+		return 0;
+	while (!found && (de = readdir(dir))) {
+		pid_t pid = (pid_t)atoi(de->d_name);
+		char comm[32];
+
+		/* nvidia-cuda-mps-control and -server, cut to 15 characters. */
+		if (pid > 0 && strcmp(proc_comm(pid, comm, sizeof(comm)), "nvidia-cuda-mps") == 0)
+			found = pid;
+	}
+	closedir(dir);
+	return found;
+}
+
+static int check_mig(const struct manifest *m, struct stasis_error **err)
+{
+	_cleanup_free_ struct nvml_gpu *gpus = NULL;
+	size_t n = 0;
+
+	if (nvml_gpus(&gpus, &n, NULL) < 0)
+		return 0;
+	for (size_t i = 0; i < m->nprocs; i++) {
+		const struct manifest_process *p = &m->procs[i];
+
+		for (size_t j = 0; p->cuda && j < p->ngpus; j++)
+			for (size_t g = 0; g < n; g++) {
+				if (strcmp(gpus[g].uuid, m->gpus[p->gpus[j]].uuid) != 0 ||
+				    gpus[g].mig != 1)
+					continue;
+				stasis_error_set(err, ENOTSUP, STASIS_DOMAIN_CUDA, 0,
+						 "PID %d (%s) uses GPU %d (%s), which is in MIG "
+						 "mode; the driver cannot checkpoint MIG instances",
+						 (int)p->pid, p->comm, gpus[g].index, gpus[g].uuid);
+				return stasis_error_hint(err, "run the workload on a GPU "
+							      "with MIG disabled");
+			}
+	}
+	return 0;
+}
+
+int preflight_gpu_checkpoint(const struct manifest *m, struct stasis_error **err)
+{
+	bool any = false;
+	pid_t mps;
+	int r;
+
+	for (size_t i = 0; i < m->nprocs; i++)
+		any |= m->procs[i].cuda;
+	if (!any)
+		return 0;
+	r = check_mig(m, err);
+	if (r < 0)
+		return r;
+	mps = find_mps_daemon();
+	if (mps) {
+		stasis_error_set(err, ENOTSUP, STASIS_DOMAIN_CUDA, 0,
+				 "MPS is in use (nvidia-cuda-mps daemon, PID %d); the driver "
+				 "cannot checkpoint MPS clients",
+				 (int)mps);
+		return stasis_error_hint(err, "stop the MPS daemon and run the workload "
+					      "without MPS");
+	}
+	return check_host_memory(m, err);
+}

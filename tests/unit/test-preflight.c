@@ -1,0 +1,64 @@
+/* SPDX-License-Identifier: MIT */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "preflight.h"
+
+#define GIB (1ull << 30)
+
+static void host_memory_numbers(void **state)
+{
+	struct stasis_error *err = NULL;
+
+	(void)state;
+	assert_int_equal(preflight_host_memory_fits(16 * GIB, 100 * GIB, "the machine", &err), 0);
+	assert_null(err);
+	/* The reserve counts: exactly the GPU bytes free is not enough. */
+	assert_int_equal(preflight_host_memory_fits(16 * GIB, 16 * GIB, "the machine", &err),
+			 -ENOMEM);
+	assert_non_null(strstr(err->message, "16.0 GiB of GPU memory to copy"));
+	assert_non_null(strstr(err->message, "16.0 GiB available"));
+	stasis_error_free(err);
+	err = NULL;
+	assert_true(preflight_host_memory_fits(8 * GIB, 6 * GIB, "cgroup /job", &err) < 0);
+	assert_non_null(strstr(err->message, "in cgroup /job"));
+	stasis_error_free(err);
+}
+
+/* Without CUDA processes there is nothing to check. */
+static void no_cuda_no_refusal(void **state)
+{
+	struct manifest m;
+	struct manifest_process *p;
+	struct stasis_error *err = NULL;
+
+	(void)state;
+	manifest_init(&m);
+	p = manifest_add_process(&m);
+	p->pid = getpid();
+	p->gpu_bytes = 1ull << 60;
+	assert_int_equal(preflight_gpu_checkpoint(&m, &err), 0);
+	/* The same process as a CUDA one with an impossible amount is refused. */
+	p->cuda = true;
+	assert_true(preflight_gpu_checkpoint(&m, &err) < 0);
+	assert_non_null(strstr(err->message, "not enough free host memory"));
+	stasis_error_free(err);
+	manifest_free(&m);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(host_memory_numbers),
+	    cmocka_unit_test(no_cuda_no_refusal),
+	};
+
+	return cmocka_run_group_tests_name("preflight", tests, NULL, NULL);
+}
