@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include "cli.h"
+#include "progress.h"
 #include "stasis.h"
 #include "util.h"
 
@@ -16,6 +17,7 @@ int cmd_checkpoint(int argc, char **argv)
 	    {"tcp-established", no_argument, NULL, 'T'},
 	    {"timeout", required_argument, NULL, 't'},
 	    {"print-stats", no_argument, NULL, 'P'},
+	    {"json", no_argument, NULL, 'P'},
 	    {NULL, 0, NULL, 0},
 	};
 	struct stasis_checkpoint_options o = {0};
@@ -60,6 +62,7 @@ int cmd_checkpoint(int argc, char **argv)
 	if (!o.dir)
 		return cli_usage_error("checkpoint", "missing -D DIR");
 
+	progress_enable(cli_decorate(stats));
 	stasis_install_interrupt_handlers();
 	manifest_init(&m);
 	r = stasis_checkpoint(&o, &m, &err);

@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 
 #include "cli.h"
+#include "progress.h"
 #include "stasis.h"
 #include "util.h"
 
@@ -41,9 +42,13 @@ static int wait_for_workload(pid_t root)
 int cmd_restore(int argc, char **argv)
 {
 	static const struct option options[] = {
-	    {"images-dir", required_argument, NULL, 'D'}, {"detach", no_argument, NULL, 'd'},
-	    {"restore-detached", no_argument, NULL, 'd'}, {"gpu-map", required_argument, NULL, 'g'},
-	    {"print-stats", no_argument, NULL, 'P'},	  {NULL, 0, NULL, 0},
+	    {"images-dir", required_argument, NULL, 'D'},
+	    {"detach", no_argument, NULL, 'd'},
+	    {"restore-detached", no_argument, NULL, 'd'},
+	    {"gpu-map", required_argument, NULL, 'g'},
+	    {"print-stats", no_argument, NULL, 'P'},
+	    {"json", no_argument, NULL, 'P'},
+	    {NULL, 0, NULL, 0},
 	};
 	struct stasis_restore_options o = {0};
 	_cleanup_error_ struct stasis_error *err = NULL;
@@ -76,6 +81,7 @@ int cmd_restore(int argc, char **argv)
 	if (!o.dir)
 		return cli_usage_error("restore", "missing -D DIR");
 
+	progress_enable(cli_decorate(stats));
 	manifest_init(&m);
 	r = stasis_restore(&o, &m, &root, &err);
 	if (r < 0) {

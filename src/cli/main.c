@@ -21,7 +21,8 @@ const struct command commands[] = {
      "      --shell-job       the tree was started from a shell (shares its session)\n"
      "      --tcp-established checkpoint established TCP connections\n"
      "  -t, --timeout MS      CUDA lock timeout (default 10000)\n"
-     "      --print-stats     print phase timings as JSON on stdout\n"},
+     "      --print-stats, --json  print phase timings as JSON on stdout\n"
+     "                        (progress goes to stderr only on a terminal without it)\n"},
     {"restore", cmd_restore, "restore a process tree from an image directory",
      "usage: stasis restore -D DIR [options]\n"
      "\n"
@@ -31,7 +32,8 @@ const struct command commands[] = {
      "  -D, --images-dir DIR  image directory\n"
      "  -d, --detach          leave the restored tree running; print its PID\n"
      "      --gpu-map MAP     OLD=NEW,... GPUs by UUID or index\n"
-     "      --print-stats     print phase timings as JSON on stdout\n"},
+     "      --print-stats, --json  print phase timings as JSON on stdout\n"
+     "                        (progress goes to stderr only on a terminal without it)\n"},
     {"inspect", cmd_inspect, "show what an image holds",
      "usage: stasis inspect DIR [--json]\n"
      "\n"

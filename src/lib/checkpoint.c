@@ -19,6 +19,7 @@
 #include "nvml.h"
 #include "preflight.h"
 #include "proc.h"
+#include "progress.h"
 #include "stasis.h"
 #include "util.h"
 
@@ -120,12 +121,15 @@ static int on_criu_notify(const char *action)
 	if (strcmp(action, "post-dump") != 0)
 		return 0;
 	manifest_add_phase(post_dump.m, "criu_dump", now_usec() - post_dump.dump_start);
+	progress_end();
+	progress_begin("checksumming the image");
 	start = now_usec();
 	post_dump.result =
 	    check_interrupted("sigterm-before-manifest", "writing the manifest", post_dump.err);
 	if (post_dump.result == 0)
 		post_dump.result = image_checksum(post_dump.dir, post_dump.m, post_dump.err);
 	manifest_add_phase(post_dump.m, "checksum", now_usec() - start);
+	progress_end();
 	if (post_dump.result == 0 && fault_at("manifest", 0))
 		post_dump.result = stasis_error_set(post_dump.err, ENOSPC, STASIS_DOMAIN_SYSTEM,
 						    ENOSPC, "writing the manifest: injected fault");
@@ -158,7 +162,9 @@ static int dump_tree(const struct stasis_checkpoint_options *o, struct manifest 
 	if (fault_at("criu-dump", 0))
 		return stasis_error_set(err, EIO, STASIS_DOMAIN_CRIU, 0,
 					"criu dump failed: injected fault");
+	progress_begin("CRIU dump of %zu process%s", m->nprocs, m->nprocs == 1 ? "" : "es");
 	r = criu_run_dump(&req, err);
+	progress_end();
 	if (post_dump.result < 0) {
 		/* CRIU reports the refused notification; the cause is ours. */
 		return post_dump.result;

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "fault.h"
+#include "progress.h"
 #include "util.h"
 
 /* Right after a process initialises CUDA the driver may answer a lock with
@@ -179,11 +180,18 @@ static int for_each_parallel(struct gpu_batch *batch, enum gpu_step step, void *
 
 static int run_parallel(struct gpu_batch *batch, enum gpu_step step, struct stasis_error **err)
 {
+	static const char *const names[GPU_STEPS] = {"GPU lock", "GPU checkpoint", "GPU restore",
+						     "GPU unlock"};
 	uint64_t start = now_usec();
+	int r;
 
 	for (size_t i = 0; i < batch->n; i++)
 		batch->procs[i].failed_step = NULL;
-	if (for_each_parallel(batch, step, step_thread, false) < 0)
+	progress_begin("%s of %zu CUDA process%s", names[step], batch->n,
+		       batch->n == 1 ? "" : "es");
+	r = for_each_parallel(batch, step, step_thread, false);
+	progress_end();
+	if (r < 0)
 		return stasis_error_errno(err, ENOMEM, "out of memory");
 	batch->step_ran[step] = true;
 	batch->step_us[step] = now_usec() - start;

@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <xxhash.h>
 
+#include "progress.h"
 #include "util.h"
 
 #define HASH_CHUNK (1u << 20)
@@ -197,7 +198,9 @@ int image_open(const char *dir, struct manifest *m, struct stasis_error **err)
 		return stasis_error_errno(err, ENOMEM, "out of memory");
 	for (size_t i = 0; i < m->nfiles; i++)
 		actual[i].name = m->files[i].name;
+	progress_begin("verifying the image's checksums");
 	r = hash_files(dirfd, actual, m->nfiles, &failed);
+	progress_end();
 	if (r < 0) {
 		stasis_error_set(err, -r, STASIS_DOMAIN_IMAGE, 0, "image file %s/%s: %s", dir,
 				 m->files[failed].name, strerror(-r));

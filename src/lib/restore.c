@@ -18,6 +18,7 @@
 #include "lock.h"
 #include "nvml.h"
 #include "proc.h"
+#include "progress.h"
 #include "stasis.h"
 #include "util.h"
 
@@ -149,7 +150,10 @@ static int restore_locked(const struct stasis_restore_options *o, struct manifes
 	else {
 		/* stasis's CRIU plugin moves /dev/nvidiaN descriptors with the map. */
 		setenv("STASIS_NVIDIA_DEV_MAP", plan->dev_map, 1);
+		progress_begin("CRIU restore of %zu process%s", m->nprocs,
+			       m->nprocs == 1 ? "" : "es");
 		r = criu_run_restore(&req, root_out, err);
+		progress_end();
 		unsetenv("STASIS_NVIDIA_DEV_MAP");
 	}
 	manifest_add_phase(m, "criu_restore", now_usec() - start);

@@ -5,6 +5,7 @@
  * make any call fail or hang:
  *   FAKE_CUDA_FAIL="lock:909,checkpoint:801:PID,..."   call[:code[:pid]]
  *   FAKE_CUDA_HANG="lock"                              sleep (lock: until its timeout)
+ *   FAKE_CUDA_DELAY="checkpoint:1500"                  take that long, then succeed
  * A process is a CUDA process when its state file exists. */
 #include <cuda.h>
 #include <errno.h>
@@ -57,6 +58,15 @@ static int read_state(int pid, CUprocessState *state)
 }
 
 /* One transition: from -> to, or the error the driver gives. */
+/* Milliseconds FAKE_CUDA_DELAY gives call, as real copies take time. */
+static unsigned int delay_ms(const char *call)
+{
+	const char *spec = getenv("FAKE_CUDA_DELAY");
+	const char *at = spec ? strstr(spec, call) : NULL;
+
+	return at && at[strlen(call)] == ':' ? (unsigned int)atoi(at + strlen(call) + 1) : 0;
+}
+
 static CUresult transition(const char *call, int pid, CUprocessState from, CUprocessState to)
 {
 	CUprocessState state;
@@ -66,6 +76,7 @@ static CUresult transition(const char *call, int pid, CUprocessState from, CUpro
 		return CUDA_ERROR_INVALID_VALUE;
 	if (hang_ms(call))
 		sleep(3600);
+	usleep(delay_ms(call) * 1000u);
 	r = injected(call, pid);
 	if (r != CUDA_SUCCESS)
 		return r;
