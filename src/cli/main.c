@@ -39,12 +39,14 @@ const struct command commands[] = {
      "\n"
      "Process tree, options, GPUs, sizes, phase timings and versions of an image.\n"},
     {"demo", cmd_demo, "checkpoint and restore the built-in sample workload",
-     "usage: stasis demo [DIR]\n"
+     "usage: stasis demo [--gpu|--cpu] [DIR]\n"
      "\n"
      "Start a small workload (a counter ticking through a pipe between two\n"
      "processes, writing to a file), checkpoint it, let it die, restore it and\n"
-     "show that it carried on where it stopped. DIR defaults to a new folder\n"
-     "under /tmp.\n"},
+     "show that it carried on where it stopped. Where a GPU is visible (or with\n"
+     "--gpu) the workload also keeps its counter and a 256 MiB checksummed\n"
+     "pattern in GPU memory and checks both after the restore. DIR defaults to a\n"
+     "new folder under /tmp.\n"},
     {"check", cmd_check, "is this machine ready for GPU checkpoints",
      "usage: stasis check [--json]\n"
      "\n"

@@ -3,7 +3,9 @@
 // device counter that a kernel ticks every few milliseconds. It checks
 // itself: every tick must be the one after the last, and on SIGTERM the
 // whole buffer is verified against the pattern. Its verdict goes to its log.
-//   probe DIR GIB [--children N] [--managed] [--nvml] [--streams]
+//   probe DIR GIB [--children N] [--managed] [--nvml] [--streams] [--fork-idle]
+// --fork-idle: once CUDA is up, fork a child that never uses CUDA and only
+// counts into DIR/idle-PID; it keeps its parent's /dev/nvidia* references.
 #include <cuda_runtime.h>
 #include <dlfcn.h>
 #include <fcntl.h>
@@ -87,7 +89,22 @@ static void extras_step(struct extras *x)
 	}
 }
 
-static int run(const char *dir, double gib, bool managed, bool nvml, bool streams)
+static void idle_child(const char *dir)
+{
+	char path[4096], line[32];
+	snprintf(path, sizeof(path), "%s/idle-%d", dir, (int)getpid());
+	int fd = open(path, O_RDWR | O_CREAT, 0644);
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	for (unsigned long long n = 1; !stop; n++) {
+		snprintf(line, sizeof(line), "%020llu\n", n);
+		if (pwrite(fd, line, strlen(line), 0) < 0)
+			_exit(1);
+		usleep(10000);
+	}
+	_exit(0);
+}
+
+static int run(const char *dir, double gib, bool managed, bool nvml, bool streams, bool fork_idle)
 {
 	char path[4096];
 	snprintf(path, sizeof(path), "%s/log-%d", dir, (int)getpid());
@@ -121,6 +138,8 @@ static int run(const char *dir, double gib, bool managed, bool nvml, bool stream
 	struct extras x;
 	if (streams)
 		extras_init(&x);
+	if (fork_idle && fork() == 0)
+		idle_child(dir);
 	fprintf(logfile, "ready pid %d %.2f GiB\n", (int)getpid(), gib);
 	while (!stop) {
 		tick<<<1, 1>>>(counter);
@@ -152,11 +171,11 @@ static int run(const char *dir, double gib, bool managed, bool nvml, bool stream
 int main(int argc, char **argv)
 {
 	if (argc < 3) {
-		fprintf(stderr, "usage: probe DIR GIB [--children N] [--managed] [--nvml] [--streams]\n");
+		fprintf(stderr, "usage: probe DIR GIB [--children N] [--managed] [--nvml] [--streams] [--fork-idle]\n");
 		return 2;
 	}
 	int children = 0;
-	bool managed = false, nvml = false, streams = false;
+	bool managed = false, nvml = false, streams = false, fork_idle = false;
 	for (int i = 3; i < argc; i++) {
 		if (!strcmp(argv[i], "--children") && i + 1 < argc)
 			children = atoi(argv[++i]);
@@ -166,6 +185,8 @@ int main(int argc, char **argv)
 			nvml = true;
 		else if (!strcmp(argv[i], "--streams"))
 			streams = true;
+		else if (!strcmp(argv[i], "--fork-idle"))
+			fork_idle = true;
 	}
 	setsid();
 	int null = open("/dev/null", O_RDWR);
@@ -175,14 +196,14 @@ int main(int argc, char **argv)
 	sigaction(SIGTERM, &sa, NULL);
 	double gib = atof(argv[2]);
 	if (children == 0)
-		return run(argv[1], gib, managed, nvml, streams);
+		return run(argv[1], gib, managed, nvml, streams, fork_idle);
 	// A parent that forks CUDA children (it never touches CUDA itself).
 	pid_t kids[64];
 	for (int i = 0; i < children && i < 64; i++) {
 		kids[i] = fork();
 		if (kids[i] == 0) {
 			prctl(PR_SET_PDEATHSIG, SIGKILL);
-			return run(argv[1], gib, managed, nvml, streams);
+			return run(argv[1], gib, managed, nvml, streams, fork_idle);
 		}
 	}
 	while (!stop)
