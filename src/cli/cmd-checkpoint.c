@@ -16,6 +16,7 @@ int cmd_checkpoint(int argc, char **argv)
 	    {"shell-job", no_argument, NULL, 's'},
 	    {"tcp-established", no_argument, NULL, 'T'},
 	    {"timeout", required_argument, NULL, 't'},
+	    {"runtime", required_argument, NULL, 'r'},
 	    {"print-stats", no_argument, NULL, 'P'},
 	    {"json", no_argument, NULL, 'P'},
 	    {NULL, 0, NULL, 0},
@@ -47,6 +48,9 @@ int cmd_checkpoint(int argc, char **argv)
 				return cli_usage_error("checkpoint",
 						       "--timeout wants milliseconds > 0");
 			break;
+		case 'r':
+			o.runtime = optarg;
+			break;
 		case 'P':
 			stats = true;
 			break;
@@ -56,8 +60,11 @@ int cmd_checkpoint(int argc, char **argv)
 		}
 	}
 	if (optind != argc - 1)
-		return cli_usage_error("checkpoint", "expected one PID");
-	if (!cli_parse_pid(argv[optind], &o.pid))
+		return cli_usage_error("checkpoint",
+				       o.runtime ? "expected one container" : "expected one PID");
+	if (o.runtime)
+		o.container = argv[optind];
+	else if (!cli_parse_pid(argv[optind], &o.pid))
 		return cli_usage_error("checkpoint", "'%s' is not a PID", argv[optind]);
 	if (!o.dir)
 		return cli_usage_error("checkpoint", "missing -D DIR");

@@ -62,6 +62,10 @@ static void print_human(const char *dir, const struct manifest *m)
 	printf("\noptions      %s%s%s%s\n", o->leave_running ? "leave-running " : "",
 	       o->shell_job ? "shell-job " : "", o->tcp_established ? "tcp-established " : "",
 	       !o->leave_running && !o->shell_job && !o->tcp_established ? "none" : "");
+	if (m->container.runtime)
+		printf("container    %s '%s', bundle %s%s\n", m->container.runtime, m->container.id,
+		       m->container.bundle ? m->container.bundle : "?",
+		       m->container.spec ? ", OCI spec kept" : "");
 	print_processes(m);
 	print_gpus(m);
 	printf("size         %s in %zu files\n", format_bytes(m->image_bytes, size, sizeof(size)),

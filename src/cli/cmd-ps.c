@@ -12,6 +12,7 @@
 #include "cli.h"
 #include "cuda-api.h"
 #include "nvml.h"
+#include "runc.h"
 #include "proc.h"
 #include "util.h"
 
@@ -120,32 +121,29 @@ static bool describe(pid_t pid, const struct nvml_gpu *gpus, const struct nvml_p
 	return true;
 }
 
-static void print_entries(const struct ps_entry *e, size_t n, bool json)
+static json_object *entries_json(const struct ps_entry *e, size_t n)
+{
+	json_object *arr = json_object_new_array();
+
+	for (size_t i = 0; i < n; i++) {
+		json_object *o = json_object_new_object();
+
+		json_object_object_add(o, "pid", json_object_new_int(e[i].pid));
+		json_object_object_add(o, "command", json_object_new_string(e[i].comm));
+		json_object_object_add(o, "state", json_object_new_string(e[i].state));
+		json_object_object_add(o, "gpus", json_object_new_string(e[i].gpus));
+		json_object_object_add(o, "gpu_bytes", json_object_new_uint64(e[i].gpu_bytes));
+		json_object_object_add(o, "container", json_object_new_string(e[i].container));
+		json_object_object_add(o, "blockers", json_object_new_string(e[i].blockers));
+		json_object_array_add(arr, o);
+	}
+	return arr;
+}
+
+static void print_entries(const struct ps_entry *e, size_t n)
 {
 	char size[32];
 
-	if (json) {
-		json_object *arr = json_object_new_array();
-
-		for (size_t i = 0; i < n; i++) {
-			json_object *o = json_object_new_object();
-
-			json_object_object_add(o, "pid", json_object_new_int(e[i].pid));
-			json_object_object_add(o, "command", json_object_new_string(e[i].comm));
-			json_object_object_add(o, "state", json_object_new_string(e[i].state));
-			json_object_object_add(o, "gpus", json_object_new_string(e[i].gpus));
-			json_object_object_add(o, "gpu_bytes",
-					       json_object_new_uint64(e[i].gpu_bytes));
-			json_object_object_add(o, "container",
-					       json_object_new_string(e[i].container));
-			json_object_object_add(o, "blockers",
-					       json_object_new_string(e[i].blockers));
-			json_object_array_add(arr, o);
-		}
-		printf("%s\n", json_object_to_json_string_ext(arr, JSON_C_TO_STRING_PRETTY));
-		json_object_put(arr);
-		return;
-	}
 	printf("%-8s %-16s %-13s %-10s %-12s %s\n", "PID", "COMMAND", "STATE", "GPU MEM",
 	       "CONTAINER", "GPUS / BLOCKERS");
 	for (size_t i = 0; i < n; i++)
@@ -153,6 +151,81 @@ static void print_entries(const struct ps_entry *e, size_t n, bool json)
 		       e[i].state, format_bytes(e[i].gpu_bytes, size, sizeof(size)), e[i].container,
 		       e[i].gpus[0] ? e[i].gpus : "-", e[i].blockers[0] ? "  BLOCKED: " : "",
 		       e[i].blockers);
+}
+
+/* Its processes, and how many of them the driver knows as CUDA ones. */
+static void count_processes(const struct runc_container *c, size_t *n, size_t *cuda)
+{
+	_cleanup_free_ pid_t *pids = NULL;
+	enum cuda_process_state state;
+
+	*n = *cuda = 0;
+	if (c->pid <= 0 || runc_processes(c, &pids, n, NULL) < 0)
+		return;
+	for (size_t i = 0; i < *n; i++)
+		*cuda += cuda_available() && cuda_get_state(pids[i], &state) == CUDA_RES_SUCCESS;
+}
+
+static json_object *containers_json(const struct runc_container *c, size_t n)
+{
+	json_object *arr = json_object_new_array();
+
+	for (size_t i = 0; i < n; i++) {
+		json_object *o = json_object_new_object();
+		size_t procs, cuda;
+
+		count_processes(&c[i], &procs, &cuda);
+		json_object_object_add(o, "runtime", json_object_new_string("runc"));
+		json_object_object_add(o, "id", json_object_new_string(c[i].id));
+		json_object_object_add(o, "status", json_object_new_string(c[i].status));
+		json_object_object_add(o, "init_pid", json_object_new_int(c[i].pid));
+		json_object_object_add(o, "processes", json_object_new_int((int)procs));
+		json_object_object_add(o, "cuda_processes", json_object_new_int((int)cuda));
+		json_object_object_add(o, "bundle", json_object_new_string(c[i].bundle));
+		json_object_array_add(arr, o);
+	}
+	return arr;
+}
+
+static void print_containers(const struct runc_container *c, size_t n)
+{
+	printf("\n%-20s %-8s %-9s %-9s %-10s %-5s %s\n", "CONTAINER", "RUNTIME", "STATUS",
+	       "INIT PID", "PROCESSES", "CUDA", "BUNDLE");
+	for (size_t i = 0; i < n; i++) {
+		size_t procs, cuda;
+
+		count_processes(&c[i], &procs, &cuda);
+		printf("%-20.20s %-8s %-9s %-9d %-10zu %-5zu %s\n", c[i].id, "runc", c[i].status,
+		       (int)c[i].pid, procs, cuda, c[i].bundle);
+	}
+}
+
+static size_t gather(const struct nvml_gpu *gpus, const struct nvml_process *np, size_t nnp,
+		     struct ps_entry **entries)
+{
+	size_t n = 0, cap = 0;
+	struct dirent *de;
+	DIR *d = opendir("/proc");
+
+	while (d && (de = readdir(d))) {
+		pid_t pid = (pid_t)atoi(de->d_name);
+
+		if (pid <= 0 || pid == getpid())
+			continue;
+		if (n == cap) {
+			struct ps_entry *bigger =
+			    realloc(*entries, (cap = cap ? cap * 2 : 16) * sizeof(*bigger));
+
+			if (!bigger)
+				break;
+			*entries = bigger;
+		}
+		if (describe(pid, gpus, np, nnp, &(*entries)[n]))
+			n++;
+	}
+	if (d)
+		closedir(d);
+	return n;
 }
 
 int cmd_ps(int argc, char **argv)
@@ -165,10 +238,9 @@ int cmd_ps(int argc, char **argv)
 	_cleanup_free_ struct nvml_gpu *gpus = NULL;
 	_cleanup_free_ struct nvml_process *np = NULL;
 	_cleanup_free_ struct ps_entry *entries = NULL;
-	size_t ngpus = 0, nnp = 0, n = 0, cap = 0;
-	bool json = false;
-	DIR *d;
-	struct dirent *de;
+	_cleanup_free_ struct runc_container *containers = NULL;
+	size_t ngpus = 0, nnp = 0, n = 0, ncontainers = 0;
+	bool json = false, gpu;
 	int c;
 
 	opterr = 0;
@@ -177,28 +249,29 @@ int cmd_ps(int argc, char **argv)
 			return cli_usage_error("ps", "unknown option '%s'", argv[optind - 1]);
 		json = true;
 	}
-	if (nvml_gpus(&gpus, &ngpus, &err) < 0 && !cuda_available())
+	gpu = nvml_gpus(&gpus, &ngpus, &err) == 0 || cuda_available();
+	runc_list(&containers, &ncontainers, NULL);
+	/* Without a driver there is nothing to show but containers. */
+	if (!gpu && !ncontainers)
 		return cli_fail("ps", err);
-	nvml_processes(gpus, ngpus, &np, &nnp, NULL);
-	d = opendir("/proc");
-	while (d && (de = readdir(d))) {
-		pid_t pid = (pid_t)atoi(de->d_name);
-
-		if (pid <= 0 || pid == getpid())
-			continue;
-		if (n == cap) {
-			struct ps_entry *bigger =
-			    realloc(entries, (cap = cap ? cap * 2 : 16) * sizeof(*bigger));
-
-			if (!bigger)
-				break;
-			entries = bigger;
-		}
-		if (describe(pid, gpus, np, nnp, &entries[n]))
-			n++;
+	if (gpu) {
+		nvml_processes(gpus, ngpus, &np, &nnp, NULL);
+		n = gather(gpus, np, nnp, &entries);
 	}
-	if (d)
-		closedir(d);
-	print_entries(entries, n, json);
+	if (json) {
+		json_object *o = json_object_new_object();
+
+		json_object_object_add(o, "processes", entries_json(entries, n));
+		json_object_object_add(o, "containers", containers_json(containers, ncontainers));
+		printf("%s\n", json_object_to_json_string_ext(o, JSON_C_TO_STRING_PRETTY));
+		json_object_put(o);
+		return EXIT_OK;
+	}
+	if (gpu)
+		print_entries(entries, n);
+	else
+		printf("no NVIDIA driver: GPU processes not shown\n");
+	if (ncontainers)
+		print_containers(containers, ncontainers);
 	return EXIT_OK;
 }

@@ -46,6 +46,9 @@ int cmd_restore(int argc, char **argv)
 	    {"detach", no_argument, NULL, 'd'},
 	    {"restore-detached", no_argument, NULL, 'd'},
 	    {"gpu-map", required_argument, NULL, 'g'},
+	    {"runtime", required_argument, NULL, 'r'},
+	    {"bundle", required_argument, NULL, 'b'},
+	    {"name", required_argument, NULL, 'n'},
 	    {"print-stats", no_argument, NULL, 'P'},
 	    {"json", no_argument, NULL, 'P'},
 	    {NULL, 0, NULL, 0},
@@ -68,6 +71,15 @@ int cmd_restore(int argc, char **argv)
 			break;
 		case 'g':
 			o.gpu_map = optarg;
+			break;
+		case 'r':
+			o.runtime = optarg;
+			break;
+		case 'b':
+			o.bundle = optarg;
+			break;
+		case 'n':
+			o.name = optarg;
 			break;
 		case 'P':
 			stats = true;
@@ -94,7 +106,8 @@ int cmd_restore(int argc, char **argv)
 		printf("%s\n", json);
 	}
 	manifest_free(&m);
-	if (o.detach) {
+	/* A container's init belongs to the runtime, never to stasis. */
+	if (o.detach || o.runtime) {
 		printf("%d\n", (int)root);
 		return EXIT_OK;
 	}

@@ -10,8 +10,9 @@
 #include "stasis.h"
 
 const struct command commands[] = {
-    {"checkpoint", cmd_checkpoint, "checkpoint a process tree into an image directory",
+    {"checkpoint", cmd_checkpoint, "checkpoint a process tree or container into an image",
      "usage: stasis checkpoint PID -D DIR [options]   (alias: dump)\n"
+     "       stasis checkpoint --runtime runc CONTAINER -D DIR [options]\n"
      "\n"
      "Checkpoint the process tree rooted at PID, GPU state included, into DIR.\n"
      "The tree stops unless --leave-running is given.\n"
@@ -21,9 +22,10 @@ const struct command commands[] = {
      "      --shell-job       the tree was started from a shell (shares its session)\n"
      "      --tcp-established checkpoint established TCP connections\n"
      "  -t, --timeout MS      CUDA lock timeout (default 10000)\n"
+     "      --runtime runc    checkpoint container CONTAINER instead of a PID\n"
      "      --print-stats, --json  print phase timings as JSON on stdout\n"
      "                        (progress goes to stderr only on a terminal without it)\n"},
-    {"restore", cmd_restore, "restore a process tree from an image directory",
+    {"restore", cmd_restore, "restore a process tree or container from an image",
      "usage: stasis restore -D DIR [options]\n"
      "\n"
      "Restore the tree saved in DIR. stasis stays its parent and exits with the\n"
@@ -32,6 +34,9 @@ const struct command commands[] = {
      "  -D, --images-dir DIR  image directory\n"
      "  -d, --detach          leave the restored tree running; print its PID\n"
      "      --gpu-map MAP     OLD=NEW,... GPUs by UUID or index\n"
+     "      --runtime runc    the image is a container: runc restores it (detached)\n"
+     "      --bundle PATH     the container's bundle (default: the one checkpointed)\n"
+     "      --name NEW        restore as container NEW (default: the same id)\n"
      "      --print-stats, --json  print phase timings as JSON on stdout\n"
      "                        (progress goes to stderr only on a terminal without it)\n"},
     {"inspect", cmd_inspect, "show what an image holds",

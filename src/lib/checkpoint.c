@@ -10,6 +10,7 @@
 #include <sys/utsname.h>
 #include <time.h>
 
+#include "container.h"
 #include "criu-rpc.h"
 #include "devfiles.h"
 #include "fault.h"
@@ -21,6 +22,7 @@
 #include "proc.h"
 #include "progress.h"
 #include "stasis.h"
+#include "steps.h"
 #include "util.h"
 
 static volatile sig_atomic_t interrupted;
@@ -54,7 +56,7 @@ int stasis_require_root(struct stasis_error **err)
 }
 
 /* fault names the test switch that simulates a signal at this point. */
-static int check_interrupted(const char *fault, const char *step, struct stasis_error **err)
+int checkpoint_check_interrupted(const char *fault, const char *step, struct stasis_error **err)
 {
 	if (fault_at(fault, 0))
 		raise(SIGTERM);
@@ -64,7 +66,7 @@ static int check_interrupted(const char *fault, const char *step, struct stasis_
 				"interrupted by a signal before %s", step);
 }
 
-static void fill_host_facts(struct manifest *m)
+void checkpoint_fill_host_facts(struct manifest *m)
 {
 	struct utsname uts;
 	char created[64];
@@ -124,8 +126,8 @@ static int on_criu_notify(const char *action)
 	progress_end();
 	progress_begin("checksumming the image");
 	start = now_usec();
-	post_dump.result =
-	    check_interrupted("sigterm-before-manifest", "writing the manifest", post_dump.err);
+	post_dump.result = checkpoint_check_interrupted("sigterm-before-manifest",
+							"writing the manifest", post_dump.err);
 	if (post_dump.result == 0)
 		post_dump.result = image_checksum(post_dump.dir, post_dump.m, post_dump.err);
 	manifest_add_phase(post_dump.m, "checksum", now_usec() - start);
@@ -205,12 +207,26 @@ static int find_cuda_processes(struct manifest *m, struct gpu_batch *batch,
 	return gpu_preflight_running(batch, err);
 }
 
-static int suspend_gpus(struct gpu_batch *batch, struct manifest *m, struct stasis_error **err)
+int checkpoint_gpu_preflight(struct manifest *m, struct gpu_batch *batch, struct stasis_error **err)
+{
+	int r = find_cuda_processes(m, batch, err);
+
+	if (r == 0)
+		r = describe_gpus(batch, m);
+	if (r == 0)
+		r = preflight_gpu_checkpoint(m, err);
+	if (r == 0)
+		r = nvidia_refs_check(m, false, err);
+	return r;
+}
+
+int checkpoint_suspend_gpus(struct gpu_batch *batch, struct manifest *m, struct stasis_error **err)
 {
 	int r = gpu_lock_all(batch, err);
 
 	if (r == 0)
-		r = check_interrupted("sigterm-before-gpu-checkpoint", "the GPU checkpoint", err);
+		r = checkpoint_check_interrupted("sigterm-before-gpu-checkpoint",
+						 "the GPU checkpoint", err);
 	if (r == 0)
 		r = gpu_checkpoint_all(batch, err);
 	/* What the driver left behind must be something CRIU can save. */
@@ -233,27 +249,21 @@ static int checkpoint_locked(const struct stasis_checkpoint_options *o, struct m
 	r = image_prepare(o->dir, err);
 	if (r < 0)
 		return r;
-	fill_host_facts(m);
+	checkpoint_fill_host_facts(m);
 	m->options.leave_running = o->leave_running;
 	m->options.shell_job = o->shell_job;
 	m->options.tcp_established = o->tcp_established;
 	r = proc_tree_describe(o->pid, m, err);
 	if (r == 0)
-		r = find_cuda_processes(m, batch, err);
-	if (r == 0)
-		r = describe_gpus(batch, m);
-	if (r == 0)
-		r = preflight_gpu_checkpoint(m, err);
-	if (r == 0)
-		r = nvidia_refs_check(m, false, err);
+		r = checkpoint_gpu_preflight(m, batch, err);
 	manifest_add_phase(m, "preflight", now_usec() - start);
 	if (r < 0)
 		return r;
 
 	/* From here on the workload changes: every failure rolls back. */
-	r = suspend_gpus(batch, m, err);
+	r = checkpoint_suspend_gpus(batch, m, err);
 	if (r == 0)
-		r = check_interrupted("sigterm-before-dump", "the CRIU dump", err);
+		r = checkpoint_check_interrupted("sigterm-before-dump", "the CRIU dump", err);
 	if (r == 0)
 		r = dump_tree(o, m, err);
 	if (r < 0) {
@@ -281,16 +291,20 @@ int stasis_checkpoint(const struct stasis_checkpoint_options *o, struct manifest
 	if (!batch.lock_timeout_ms)
 		batch.lock_timeout_ms = GPU_DEFAULT_LOCK_TIMEOUT_MS;
 	r = stasis_require_root(err);
-	if (r == 0)
-		r = preflight_tree(o, err);
 	if (r < 0)
 		return r;
-	lock_fd = pid_lock(o->pid, err);
-	if (lock_fd < 0)
-		return lock_fd;
-	r = checkpoint_locked(o, m, &batch, err);
+	if (o->runtime) {
+		r = container_checkpoint(o, m, &batch, err);
+	} else {
+		r = preflight_tree(o, err);
+		lock_fd = r < 0 ? r : pid_lock(o->pid, err);
+		if (lock_fd >= 0) {
+			r = checkpoint_locked(o, m, &batch, err);
+			pid_unlock(lock_fd);
+		}
+		r = lock_fd < 0 ? lock_fd : r;
+	}
 	gpu_batch_free(&batch);
-	pid_unlock(lock_fd);
 	/* Errors name their step and process already. */
 	if (r < 0)
 		return r;

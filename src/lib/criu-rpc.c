@@ -13,6 +13,7 @@
 
 #include "breakpoints.h"
 #include "devfiles.h"
+#include "exec.h"
 #include "lock.h"
 #include "util.h"
 
@@ -91,7 +92,7 @@ static void configure_environment(void)
 }
 
 /* The CRIU binary must be there; CRIU's environment is set up for it. */
-static int require_criu(struct stasis_error **err)
+int criu_require(struct stasis_error **err)
 {
 	if (!executable(criu_binary())) {
 		stasis_error_set(err, ENOENT, STASIS_DOMAIN_CRIU, 0, "CRIU not found (%s)",
@@ -106,7 +107,7 @@ static int require_criu(struct stasis_error **err)
 static int new_opts(criu_opts **opts, struct stasis_error **err)
 {
 	const char *bin = criu_binary();
-	int r = require_criu(err);
+	int r = criu_require(err);
 
 	if (r < 0)
 		return r;
@@ -199,42 +200,19 @@ static int criu_failure(struct stasis_error **err, const char *what, int ret, co
  * command is run and its last line kept. */
 int criu_run_check(struct stasis_error **err)
 {
-	char out_path[4096];
+	const char *argv[] = {criu_binary(), "check", NULL};
 	_cleanup_free_ char *out = NULL;
-	int status = 0, fd;
-	pid_t pid;
-
-	int r = require_criu(err);
+	int r = criu_require(err);
 
 	if (r < 0)
 		return r;
-	snprintf(out_path, sizeof(out_path), "%s/criu-check.out", stasis_run_dir());
-	fd = open(out_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-	if (fd < 0)
-		return stasis_error_errno(err, errno, "creating %s", out_path);
-	pid = fork();
-	if (pid == 0) {
-		dup2(fd, STDOUT_FILENO);
-		dup2(fd, STDERR_FILENO);
-		execl(criu_binary(), "criu", "check", (char *)NULL);
-		_exit(127);
-	}
-	close(fd);
-	if (pid < 0 || waitpid(pid, &status, 0) < 0)
-		return stasis_error_errno(err, errno, "running criu check");
-	out = read_file_str(out_path, NULL);
-	if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
+	r = exec_run(argv, &out);
+	if (r == 0)
 		return 0;
-	{
-		char *last = out ? strip_trailing(out) : NULL;
-		char *nl = last ? strrchr(last, '\n') : NULL;
-
-		return stasis_error_set(err, EIO, STASIS_DOMAIN_CRIU, WEXITSTATUS(status),
-					"'criu check' failed: %s",
-					nl     ? nl + 1
-					: last ? last
-					       : "no output");
-	}
+	if (r < 0)
+		return stasis_error_errno(err, -r, "running criu check");
+	return stasis_error_set(err, EIO, STASIS_DOMAIN_CRIU, r, "'criu check' failed: %s",
+				*last_line(out) ? last_line(out) : "no output");
 }
 
 static criu_notify_fn current_notify;

@@ -42,6 +42,11 @@ struct criu_restore_request {
 /* Path of the criu binary stasis uses: $STASIS_CRIU, next to stasis, PATH. */
 const char *criu_binary(void);
 
+/* CRIU must be there; sets up the environment every CRIU run inherits
+ * (CRIU_FAULT where breakpoints fail, CRIU_LIBS_DIR), also for CRIU runs
+ * started by a container runtime. */
+int criu_require(struct stasis_error **err);
+
 /* 40101 for 4.1.1; checks presence and minimum version. */
 int criu_version(struct stasis_error **err);
 

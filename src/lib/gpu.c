@@ -193,7 +193,7 @@ static int run_parallel(struct gpu_batch *batch, enum gpu_step step, struct stas
 	progress_end();
 	if (r < 0)
 		return stasis_error_errno(err, ENOMEM, "out of memory");
-	batch->step_ran[step] = true;
+	batch->step_ran[step] = batch->n > 0;
 	batch->step_us[step] = now_usec() - start;
 	for (size_t i = 0; i < batch->n; i++) {
 		struct gpu_process *p = &batch->procs[i];

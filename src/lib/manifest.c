@@ -24,6 +24,10 @@ void manifest_free(struct manifest *m)
 	free(m->hostname);
 	free(m->kernel);
 	free(m->nvidia_driver);
+	free(m->container.runtime);
+	free(m->container.id);
+	free(m->container.bundle);
+	free(m->container.spec);
 	for (size_t i = 0; i < m->nprocs; i++)
 		free(m->procs[i].cmdline);
 	free(m->procs);
@@ -147,6 +151,8 @@ static json_object *process_to_json(const struct manifest *m, const struct manif
 		add_u64(o, "lock_us", p->lock_us);
 		add_u64(o, "checkpoint_us", p->checkpoint_us);
 	}
+	if (p->ns_pid)
+		json_object_object_add(o, "ns_pid", json_object_new_int(p->ns_pid));
 	if (p->device_files)
 		json_object_object_add(o, "device_files",
 				       json_object_new_int((int)p->device_files));
@@ -167,6 +173,18 @@ static json_object *gpu_to_json(const struct manifest_gpu *g)
 	add_str(o, "chip", g->chip);
 	add_u64(o, "memory_total", g->memory_total);
 	json_object_object_add(o, "minor", json_object_new_int(g->minor));
+	return o;
+}
+
+static json_object *container_to_json(const struct manifest_container *c)
+{
+	json_object *o = json_object_new_object();
+	json_object *spec = c->spec ? json_tokener_parse(c->spec) : NULL;
+
+	add_str(o, "runtime", c->runtime);
+	add_str(o, "id", c->id);
+	add_str(o, "bundle", c->bundle);
+	json_object_object_add(o, "spec", spec ? spec : json_object_new_object());
 	return o;
 }
 
@@ -196,6 +214,8 @@ char *manifest_to_json(const struct manifest *m, bool pretty)
 	json_object_object_add(opts, "tcp_established",
 			       json_object_new_boolean(m->options.tcp_established));
 	json_object_object_add(root, "options", opts);
+	if (m->container.runtime)
+		json_object_object_add(root, "container", container_to_json(&m->container));
 
 	for (size_t i = 0; i < m->nprocs; i++)
 		json_object_array_add(procs, process_to_json(m, &m->procs[i]));
@@ -329,6 +349,8 @@ static int decode_process(json_object *o, struct manifest *m, struct stasis_erro
 	get_u64(o, "checkpoint_us", &p->checkpoint_us);
 	get_u64(o, "restore_us", &p->restore_us);
 	get_u64(o, "unlock_us", &p->unlock_us);
+	if ((v = field(o, "ns_pid", json_type_int)))
+		p->ns_pid = json_object_get_int(v);
 	if ((v = field(o, "device_files", json_type_int)))
 		p->device_files = (unsigned int)json_object_get_int(v);
 	for (size_t i = 0; gpus && i < json_object_array_length(gpus); i++) {
@@ -340,6 +362,24 @@ static int decode_process(json_object *o, struct manifest *m, struct stasis_erro
 		if (p->ngpus < MANIFEST_MAX_PROCESS_GPUS)
 			p->gpus[p->ngpus++] = idx;
 	}
+	return 0;
+}
+
+static int decode_container(json_object *root, struct manifest *m, struct stasis_error **err)
+{
+	json_object *c = field(root, "container", json_type_object), *spec;
+
+	if (!c)
+		return 0;
+	m->container.runtime = dup_field(c, "runtime");
+	m->container.id = dup_field(c, "id");
+	m->container.bundle = dup_field(c, "bundle");
+	if (!m->container.runtime || !m->container.id)
+		return corrupt(err, "a container without runtime or id");
+	spec = field(c, "spec", json_type_object);
+	if (spec)
+		m->container.spec = strdup(json_object_to_json_string_ext(
+		    spec, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE));
 	return 0;
 }
 
@@ -403,6 +443,9 @@ static int decode(json_object *root, struct manifest *m, struct stasis_error **e
 		m->options.tcp_established = get_bool(opts, "tcp_established");
 	}
 	r = decode_gpus(root, m, err);
+	if (r < 0)
+		return r;
+	r = decode_container(root, m, err);
 	if (r < 0)
 		return r;
 	procs = field(root, "processes", json_type_array);

@@ -35,6 +35,15 @@ struct manifest_process {
 	uint64_t lock_us, checkpoint_us;     /* at checkpoint */
 	uint64_t restore_us, unlock_us;	     /* at restore, or with leave_running */
 	unsigned int device_files;	     /* /dev/nvidia* descriptors saved by the plugin */
+	pid_t ns_pid;			     /* its PID inside its PID namespace (containers) */
+};
+
+/* A container image: what a restore elsewhere needs to know. */
+struct manifest_container {
+	char *runtime; /* "runc"; NULL for a process tree */
+	char *id;
+	char *bundle;
+	char *spec; /* the bundle's config.json, as JSON text */
 };
 
 struct manifest_phase {
@@ -64,6 +73,7 @@ struct manifest {
 	int cuda_driver_version; /* 0 without CUDA processes; 13000 for 13.0 */
 	char *nvidia_driver;	 /* "580.159.04", or NULL */
 	struct manifest_options options;
+	struct manifest_container container;
 	struct manifest_process *procs;
 	size_t nprocs;
 	struct manifest_gpu *gpus;

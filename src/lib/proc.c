@@ -181,3 +181,20 @@ bool proc_is_self_or_ancestor(pid_t pid)
 			return true;
 	return false;
 }
+
+pid_t proc_ns_pid(pid_t pid)
+{
+	char path[64];
+	_cleanup_free_ char *status = NULL;
+	char *line, *last = NULL;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	status = read_file_str(path, NULL);
+	line = status ? strstr(status, "\nNSpid:") : NULL;
+	if (!line)
+		return 0;
+	line = strtok(line + strlen("\nNSpid:"), "\n");
+	for (char *tok = strtok(line, " \t"); tok; tok = strtok(NULL, " \t"))
+		last = tok;
+	return last ? (pid_t)atoi(last) : 0;
+}

@@ -14,6 +14,8 @@ char proc_state(pid_t pid);
 pid_t proc_ppid(pid_t pid);
 /* comm into buf ("?" when unknown); returns buf. */
 const char *proc_comm(pid_t pid, char *buf, size_t len);
+/* Its PID inside its own (innermost) PID namespace; 0 when unknown. */
+pid_t proc_ns_pid(pid_t pid);
 /* cmdline with NULs turned into spaces; the caller frees it. */
 char *proc_cmdline(pid_t pid);
 

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/wait.h>
 
+#include "container.h"
 #include "criu-rpc.h"
 #include "fault.h"
 #include "gpu.h"
@@ -20,6 +21,7 @@
 #include "proc.h"
 #include "progress.h"
 #include "stasis.h"
+#include "steps.h"
 #include "util.h"
 
 /* Dumped processes may still be zombies, or orphans that init has not
@@ -61,7 +63,7 @@ static int wait_pids_free(const struct manifest *m, struct stasis_error **err)
 	}
 }
 
-static int preflight_gpus(const struct manifest *m, const char *map, struct gpu_plan *plan,
+int restore_gpu_preflight(const struct manifest *m, const char *map, struct gpu_plan *plan,
 			  struct stasis_error **err)
 {
 	_cleanup_free_ struct nvml_gpu *gpus = NULL;
@@ -104,7 +106,7 @@ static void kill_tree(const struct manifest *m)
 		kill(m->procs[i].pid, SIGKILL);
 }
 
-static int resume_gpus(struct manifest *m, const struct gpu_plan *plan, struct stasis_error **err)
+int restore_resume_gpus(struct manifest *m, const struct gpu_plan *plan, struct stasis_error **err)
 {
 	struct gpu_batch batch = {.pairs = plan->pairs, .npairs = plan->npairs};
 	int r = 0;
@@ -159,7 +161,7 @@ static int restore_locked(const struct stasis_restore_options *o, struct manifes
 	manifest_add_phase(m, "criu_restore", now_usec() - start);
 	if (r < 0)
 		return r;
-	r = resume_gpus(m, plan, err);
+	r = restore_resume_gpus(m, plan, err);
 	if (r < 0) {
 		kill_tree(m);
 		if (!o->detach)
@@ -169,6 +171,23 @@ static int restore_locked(const struct stasis_restore_options *o, struct manifes
 					      "intact, restore again once the cause is fixed");
 	}
 	return 0;
+}
+
+static int restore_container(const struct stasis_restore_options *o, struct manifest *m,
+			     pid_t *root_out, struct stasis_error **err)
+{
+	if (!m->container.runtime) {
+		stasis_error_set(err, EINVAL, STASIS_DOMAIN_USAGE, 0,
+				 "the image holds a process tree, not a container");
+		return stasis_error_hint(err, "restore it without --runtime");
+	}
+	if (!o->runtime) {
+		stasis_error_set(err, EINVAL, STASIS_DOMAIN_USAGE, 0,
+				 "the image holds %s container '%s'", m->container.runtime,
+				 m->container.id);
+		return stasis_error_hint(err, "restore it with --runtime %s", m->container.runtime);
+	}
+	return container_restore(o, m, root_out, err);
 }
 
 int stasis_restore(const struct stasis_restore_options *o, struct manifest *m, pid_t *root_out,
@@ -186,9 +205,16 @@ int stasis_restore(const struct stasis_restore_options *o, struct manifest *m, p
 		return r;
 	m->nphases = 0; /* from here on m carries this restore's timings */
 	manifest_add_phase(m, "verify", now_usec() - start);
+	if (m->container.runtime || o->runtime) {
+		r = restore_container(o, m, root_out, err);
+		if (r < 0)
+			return stasis_error_wrap(err, "restore from %s", o->dir);
+		manifest_add_phase(m, "restore_total", now_usec() - start);
+		return 0;
+	}
 	r = criu_version(err);
 	if (r >= 0)
-		r = preflight_gpus(m, o->gpu_map, &plan, err);
+		r = restore_gpu_preflight(m, o->gpu_map, &plan, err);
 	if (r < 0)
 		return stasis_error_wrap(err, "restore from %s", o->dir);
 	root = manifest_root(m);

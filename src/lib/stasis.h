@@ -14,6 +14,8 @@
 
 struct stasis_checkpoint_options {
 	pid_t pid;
+	const char *runtime;   /* "runc" for a container, NULL for a process tree */
+	const char *container; /* its id, with runtime */
 	const char *dir;
 	bool leave_running;
 	bool shell_job;
@@ -21,19 +23,23 @@ struct stasis_checkpoint_options {
 	unsigned int lock_timeout_ms;
 };
 
-/* Checkpoint the tree rooted at pid into dir; m receives the manifest. */
+/* Checkpoint the tree rooted at pid, or the container, into dir; m
+ * receives the manifest. */
 int stasis_checkpoint(const struct stasis_checkpoint_options *opts, struct manifest *m,
 		      struct stasis_error **err);
 
 struct stasis_restore_options {
 	const char *dir;
+	const char *runtime; /* "runc" for a container image */
+	const char *bundle;  /* instead of the one in the manifest */
+	const char *name;    /* a new container id */
 	bool detach;	     /* leave the restored tree to init */
 	const char *gpu_map; /* "OLD=NEW,..." or NULL */
 };
 
 /* Restore the image in dir. m receives the manifest with restore timings;
  * root_out the PID of the restored root (a child of the caller unless
- * detach). */
+ * detach; a container's init is always the runtime's). */
 int stasis_restore(const struct stasis_restore_options *opts, struct manifest *m, pid_t *root_out,
 		   struct stasis_error **err);
 

@@ -1,0 +1,18 @@
+/* SPDX-License-Identifier: MIT */
+/* Running another program (criu check, runc) and keeping what it said. */
+#ifndef STASIS_EXEC_H
+#define STASIS_EXEC_H
+
+#include <stdbool.h>
+
+/* Run argv (argv[0] a path, or a name looked up on PATH) with stdin from
+ * /dev/null. With out, its stdout and stderr are captured into *out (the
+ * caller frees); without, they go to /dev/null, as for programs that leave
+ * children behind holding them. Returns its exit status (0-255, 128+N for a
+ * signal), or -errno when it could not be run. */
+int exec_run(const char *const argv[], char **out);
+
+/* The last non-empty line of text, in place; "" when there is none. */
+const char *last_line(char *text);
+
+#endif

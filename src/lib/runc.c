@@ -1,0 +1,218 @@
+/* SPDX-License-Identifier: MIT */
+#include "runc.h"
+
+#include <errno.h>
+#include <json-c/json.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "criu-rpc.h"
+#include "exec.h"
+#include "proc.h"
+#include "util.h"
+
+static const char *runc_binary(void)
+{
+	const char *env = getenv("STASIS_RUNC");
+
+	return env && *env ? env : "runc";
+}
+
+int runc_require(struct stasis_error **err)
+{
+	const char *argv[] = {runc_binary(), "--version", NULL};
+	_cleanup_free_ char *out = NULL;
+
+	if (exec_run(argv, &out) == 0)
+		return 0;
+	stasis_error_set(err, ENOENT, STASIS_DOMAIN_USAGE, 0, "runc not found (%s)", runc_binary());
+	return stasis_error_hint(err, "install runc, or set STASIS_RUNC to its path");
+}
+
+static void from_json(json_object *o, struct runc_container *c)
+{
+	json_object *v;
+
+	memset(c, 0, sizeof(*c));
+	if (json_object_object_get_ex(o, "id", &v))
+		snprintf(c->id, sizeof(c->id), "%s", json_object_get_string(v));
+	if (json_object_object_get_ex(o, "status", &v))
+		snprintf(c->status, sizeof(c->status), "%s", json_object_get_string(v));
+	if (json_object_object_get_ex(o, "pid", &v))
+		c->pid = json_object_get_int(v);
+	if (json_object_object_get_ex(o, "bundle", &v))
+		snprintf(c->bundle, sizeof(c->bundle), "%s", json_object_get_string(v));
+}
+
+int runc_state(const char *id, struct runc_container *c, struct stasis_error **err)
+{
+	const char *argv[] = {runc_binary(), "state", id, NULL};
+	_cleanup_free_ char *out = NULL;
+	json_object *o;
+	int r = exec_run(argv, &out);
+
+	if (r != 0) {
+		stasis_error_set(err, ENOENT, STASIS_DOMAIN_USAGE, 0, "no container '%s'", id);
+		return stasis_error_hint(err, "'runc list' shows the containers runc knows");
+	}
+	o = json_tokener_parse(out);
+	if (!o)
+		return stasis_error_set(err, EIO, STASIS_DOMAIN_USAGE, 0,
+					"runc state %s: unreadable answer", id);
+	from_json(o, c);
+	json_object_put(o);
+	return 0;
+}
+
+int runc_list(struct runc_container **out, size_t *n, struct stasis_error **err)
+{
+	const char *argv[] = {runc_binary(), "list", "--format", "json", NULL};
+	_cleanup_free_ char *text = NULL;
+	json_object *arr;
+	size_t len;
+
+	*out = NULL;
+	*n = 0;
+	if (exec_run(argv, &text) != 0)
+		return runc_require(err);
+	arr = json_tokener_parse(text);
+	if (!arr || !json_object_is_type(arr, json_type_array)) {
+		json_object_put(arr);
+		return 0; /* "null" when there is none */
+	}
+	len = json_object_array_length(arr);
+	*out = calloc(len ? len : 1, sizeof(**out));
+	if (!*out) {
+		json_object_put(arr);
+		return stasis_error_errno(err, ENOMEM, "out of memory");
+	}
+	for (size_t i = 0; i < len; i++)
+		from_json(json_object_array_get_idx(arr, i), &(*out)[i]);
+	*n = len;
+	json_object_put(arr);
+	return 0;
+}
+
+static bool contains(const pid_t *pids, size_t n, pid_t pid)
+{
+	for (size_t i = 0; i < n; i++)
+		if (pids[i] == pid)
+			return true;
+	return false;
+}
+
+int runc_processes(const struct runc_container *c, pid_t **pids, size_t *n,
+		   struct stasis_error **err)
+{
+	char path[PATH_MAX + 64];
+	_cleanup_free_ char *cgroup = NULL, *procs = NULL;
+	char *line, *save = NULL;
+	int r = proc_tree(c->pid, pids, n, err);
+
+	if (r < 0)
+		return r;
+	snprintf(path, sizeof(path), "/proc/%d/cgroup", (int)c->pid);
+	cgroup = read_file_str(path, NULL);
+	line = cgroup ? strstr(cgroup, "0::") : NULL;
+	if (!line)
+		return 0;
+	snprintf(path, sizeof(path), "/sys/fs/cgroup%s/cgroup.procs",
+		 strip_trailing(strtok(line + 3, "\n")));
+	procs = read_file_str(path, NULL);
+	for (char *tok = procs ? strtok_r(procs, "\n", &save) : NULL; tok;
+	     tok = strtok_r(NULL, "\n", &save)) {
+		pid_t pid = (pid_t)atoi(tok);
+		pid_t *bigger;
+
+		if (pid <= 0 || contains(*pids, *n, pid))
+			continue;
+		bigger = realloc(*pids, (*n + 1) * sizeof(**pids));
+		if (!bigger)
+			return stasis_error_errno(err, ENOMEM, "out of memory");
+		*pids = bigger;
+		(*pids)[(*n)++] = pid;
+	}
+	return 0;
+}
+
+/* runc's last error, from its JSON log, with CRIU's own error lines. */
+static int runc_failure(struct stasis_error **err, const char *what, const char *id,
+			const char *log, const char *criu_log)
+{
+	_cleanup_free_ char *text = read_file_str(log, NULL), *criu = NULL;
+	const char *msg = "no error in its log";
+	json_object *o = NULL, *v;
+
+	if (text && *last_line(text)) {
+		o = json_tokener_parse(last_line(text));
+		if (o && json_object_object_get_ex(o, "msg", &v))
+			msg = json_object_get_string(v);
+	}
+	criu = criu_log_errors(criu_log, 2);
+	stasis_error_set(err, EIO, STASIS_DOMAIN_CRIU, 0, "runc %s of '%s' failed: %s%s%s", what,
+			 id, msg, criu && *criu ? " | CRIU: " : "", criu ? criu : "");
+	json_object_put(o);
+	return stasis_error_hint(err, "logs: %s, %s", log, criu_log);
+}
+
+int runc_checkpoint(const char *id, const char *images, const char *work, bool leave_running,
+		    struct stasis_error **err)
+{
+	char log[PATH_MAX + 16], criu_log[PATH_MAX + 16];
+	const char *argv[] = {runc_binary(),
+			      "--log",
+			      log,
+			      "--log-format",
+			      "json",
+			      "--criu",
+			      criu_binary(),
+			      "checkpoint",
+			      "--image-path",
+			      images,
+			      "--work-path",
+			      work,
+			      "--file-locks",
+			      leave_running ? "--leave-running" : id,
+			      leave_running ? id : NULL,
+			      NULL};
+	int r = criu_require(err);
+
+	if (r < 0)
+		return r;
+	snprintf(log, sizeof(log), "%s/runc.log", work);
+	snprintf(criu_log, sizeof(criu_log), "%s/dump.log", work);
+	if (mkdir_p(work) < 0)
+		return stasis_error_errno(err, errno, "creating %s", work);
+	r = exec_run(argv, NULL);
+	return r == 0 ? 0 : runc_failure(err, "checkpoint", id, log, criu_log);
+}
+
+int runc_restore(const char *id, const char *bundle, const char *images, const char *work,
+		 struct stasis_error **err)
+{
+	char log[PATH_MAX + 16], criu_log[PATH_MAX + 16];
+	const char *argv[] = {
+	    runc_binary(), "--log",    log,	   "--log-format", "json", "--criu",
+	    criu_binary(), "restore",  "--detach", "--image-path", images, "--work-path",
+	    work,	   "--bundle", bundle,	   "--file-locks", id,	   NULL};
+	int r = criu_require(err);
+
+	if (r < 0)
+		return r;
+	snprintf(log, sizeof(log), "%s/runc.log", work);
+	snprintf(criu_log, sizeof(criu_log), "%s/restore.log", work);
+	if (mkdir_p(work) < 0)
+		return stasis_error_errno(err, errno, "creating %s", work);
+	/* The restored container keeps the stdio runc had: /dev/null. */
+	r = exec_run(argv, NULL);
+	return r == 0 ? 0 : runc_failure(err, "restore", id, log, criu_log);
+}
+
+void runc_destroy(const char *id)
+{
+	const char *argv[] = {runc_binary(), "delete", "--force", id, NULL};
+
+	exec_run(argv, NULL);
+}

@@ -1,0 +1,45 @@
+/* SPDX-License-Identifier: MIT */
+/* runc, driven through its command line: the only file that knows it. */
+#ifndef STASIS_RUNC_H
+#define STASIS_RUNC_H
+
+#include <limits.h>
+#include <stdbool.h>
+#include <sys/types.h>
+
+#include "error.h"
+
+struct runc_container {
+	char id[256];
+	char status[32]; /* "running", "stopped", "paused", "created" */
+	pid_t pid;	 /* its init process, on the host */
+	char bundle[PATH_MAX];
+};
+
+/* $STASIS_RUNC or "runc" on PATH; ENOENT "runc not found" otherwise. */
+int runc_require(struct stasis_error **err);
+
+/* ENOENT "no container 'ID'" when runc does not know it. */
+int runc_state(const char *id, struct runc_container *c, struct stasis_error **err);
+
+/* Every container runc knows; the caller frees *out. */
+int runc_list(struct runc_container **out, size_t *n, struct stasis_error **err);
+
+/* The container's processes on the host: its init's tree and every other
+ * member of its cgroup (runc exec'd processes). The caller frees *pids. */
+int runc_processes(const struct runc_container *c, pid_t **pids, size_t *n,
+		   struct stasis_error **err);
+
+/* runc checkpoint into images (CRIU's image folder), with its CRIU and
+ * work folder; the container is gone after unless leave_running. */
+int runc_checkpoint(const char *id, const char *images, const char *work, bool leave_running,
+		    struct stasis_error **err);
+
+/* runc restore --detach from images as container id with bundle. */
+int runc_restore(const char *id, const char *bundle, const char *images, const char *work,
+		 struct stasis_error **err);
+
+/* Kill and delete a container (after a failed restore). */
+void runc_destroy(const char *id);
+
+#endif

@@ -1,0 +1,35 @@
+/* SPDX-License-Identifier: MIT */
+/* The steps that process-tree and container checkpoints share; internal to
+ * the library. */
+#ifndef STASIS_STEPS_H
+#define STASIS_STEPS_H
+
+#include "error.h"
+#include "gpu.h"
+#include "gpumap.h"
+#include "manifest.h"
+
+/* stasis version, time, host name and kernel into m. */
+void checkpoint_fill_host_facts(struct manifest *m);
+
+/* Which processes of m use CUDA (into batch), their GPUs, and every refusal
+ * that must come before anything changes. */
+int checkpoint_gpu_preflight(struct manifest *m, struct gpu_batch *batch,
+			     struct stasis_error **err);
+
+/* Lock and checkpoint every CUDA process, in parallel; then check that
+ * what the driver left behind can be saved. The caller rolls back. */
+int checkpoint_suspend_gpus(struct gpu_batch *batch, struct manifest *m, struct stasis_error **err);
+
+/* EINTR naming step when SIGINT or SIGTERM arrived (fault simulates one). */
+int checkpoint_check_interrupted(const char *fault, const char *step, struct stasis_error **err);
+
+/* Driver, GPUs and the GPU map for a restore of m, before anything runs. */
+int restore_gpu_preflight(const struct manifest *m, const char *map, struct gpu_plan *plan,
+			  struct stasis_error **err);
+
+/* Restore and unlock m's CUDA processes (by their PIDs in m), recording the
+ * timings in m. No rollback: the caller kills what it restored. */
+int restore_resume_gpus(struct manifest *m, const struct gpu_plan *plan, struct stasis_error **err);
+
+#endif
