@@ -45,6 +45,7 @@ int cmd_check(int argc, char **argv);
 int cmd_ps(int argc, char **argv);
 int cmd_gpu(int argc, char **argv);
 int cmd_cuda_checkpoint(int argc, char **argv);
+int cmd_oci(int argc, char **argv);
 int cmd_help(int argc, char **argv);
 
 /* The built-in demo workload, run as "stasis __demo-workload DIR". */

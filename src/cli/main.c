@@ -58,11 +58,12 @@ const struct command commands[] = {
      "Driver, CRIU, hardware breakpoints, persistence mode, MIG/MPS, transparent\n"
      "huge pages and root, each ok, warning or error with a remedy. Exits 1 on\n"
      "any error.\n"},
-    {"ps", cmd_ps, "list the CUDA processes of this machine",
+    {"ps", cmd_ps, "list the CUDA processes and containers of this machine",
      "usage: stasis ps [--json]\n"
      "\n"
      "Every CUDA process: PID, command, GPUs, GPU memory, checkpoint state,\n"
-     "container, and what would block its checkpoint.\n"},
+     "container, and what would block its checkpoint. Then every runc container\n"
+     "with its status, init PID and how many of its processes use CUDA.\n"},
     {"gpu", cmd_gpu, "suspend or resume GPU state in place",
      "usage: stasis gpu suspend PID... [-t MS] [--json]\n"
      "       stasis gpu resume PID... [--gpu-map MAP] [--json]\n"
@@ -71,6 +72,14 @@ const struct command commands[] = {
      "memory, all in parallel; the GPU is freed and the process waits.\n"
      "resume: restore and unlock. On any failure every process touched goes\n"
      "back to running.\n"},
+    {"oci", cmd_oci, "add the NVIDIA devices and driver libraries to an OCI config",
+     "usage: stasis oci gpu-spec CONFIG.json [--gpus all|UUID,...] [--cdi FILE]\n"
+     "\n"
+     "Edit an OCI runtime config in place the way a CDI spec's containerEdits\n"
+     "would: the device nodes /dev/nvidiactl, /dev/nvidia-uvm*, /dev/nvidiaN of\n"
+     "the chosen GPUs (by UUID or index) with their cgroup rules, and read-only\n"
+     "bind mounts of the driver libraries ldconfig finds. With --cdi, apply that\n"
+     "JSON CDI spec instead (--gpus then names its devices); its hooks are not run.\n"},
     {"cuda-checkpoint", cmd_cuda_checkpoint, "NVIDIA cuda-checkpoint compatible interface",
      "usage: stasis cuda-checkpoint --help   (or run it as 'cuda-checkpoint')\n"},
     {"help", cmd_help, "show help for a command", "usage: stasis help [COMMAND]\n"},
