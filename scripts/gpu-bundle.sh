@@ -1,6 +1,6 @@
 #!/bin/sh
 # Gather everything a GPU run needs into .gpu/ (ignored by git, carried to the
-# device): stasis and its cuda-checkpoint link, CRIU with its cuda plugin,
+# device): stasis and its cuda-checkpoint link, runc, CRIU with its cuda plugin,
 # every shared library they link against except libc and the loader, and the
 # GPU workloads built for Hopper.
 # usage: gpu-bundle.sh BUILD_DIR
