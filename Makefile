@@ -34,7 +34,7 @@ WORKLOADS := $(BUILD)/bin/fake-cuda-worker
 # stasis's CRIU plugin, found by stasis at ../lib/stasis/criu from its binary.
 PLUGIN    := $(BUILD)/lib/stasis/criu/stasis_nvidia_files.so
 
-.PHONY: all deps criu check unit e2e demo clean format format-check gpu-bundle bench-cpu
+.PHONY: all deps criu check unit e2e demo clean format format-check gpu-bundle bench bench-cpu
 all: $(STASIS) $(BUILD)/bin/cuda-checkpoint $(PLUGIN)
 
 $(DEPS_OK): scripts/deps.sh
@@ -103,6 +103,12 @@ format-check: | $(DEPS_OK)
 
 gpu-bundle: all
 	@./scripts/gpu-bundle.sh $(BUILD)
+
+# The GPU benchmark runs on the device from the bundle (bench/README.md);
+# here it builds the bundle and runs it when a GPU is present.
+bench: gpu-bundle
+	@if nvidia-smi -L >/dev/null 2>&1; then bash .gpu/bench/run; \
+	else echo "bench: no GPU here; run 'bash .gpu/bench/run' on the device (bench/README.md)"; fi
 
 bench-cpu: all
 	@./bench/bench-cpu $(BUILD)

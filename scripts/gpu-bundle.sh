@@ -9,7 +9,7 @@ build=$1
 root=$(cd "$(dirname "$0")/.." && pwd)
 out="$root/.gpu"
 rm -rf "$out"
-mkdir -p "$out/bin" "$out/criu/sbin" "$out/criu/lib/criu" "$out/lib/stasis/criu" "$out/tests"
+mkdir -p "$out/bench" "$out/bin" "$out/criu/sbin" "$out/criu/lib/criu" "$out/lib/stasis/criu" "$out/tests"
 cp "$build/bin/stasis" "$out/bin/"
 ln -s stasis "$out/bin/cuda-checkpoint"
 cp "$build/lib/stasis/criu/"*.so "$out/lib/stasis/criu/"
@@ -25,4 +25,6 @@ for bin in "$out/bin/stasis" "$out/criu/sbin/criu" "$out/criu/lib/criu/cuda_plug
 done
 nvcc -O2 -arch=sm_90 -o "$out/tests/probe" "$root/tests/gpu/probe.cu"
 cp "$root/tests/gpu/train.py" "$root/tests/gpu/run" "$out/tests/"
+nvcc -O2 -arch=sm_90 -o "$out/bench/bw" "$root/bench/bw.cu"
+cp "$root/bench/run" "$root/bench/table" "$out/bench/"
 du -sh "$out"

@@ -308,6 +308,11 @@ int stasis_checkpoint(const struct stasis_checkpoint_options *o, struct manifest
 	/* Errors name their step and process already. */
 	if (r < 0)
 		return r;
+	/* Durable before it is called done; the workload already runs again
+	 * (or is gone), so this costs no downtime. */
+	r = image_sync(o->dir, m, err);
+	if (r < 0)
+		return r;
 	manifest_add_phase(m, "total", now_usec() - start);
 	/* Rewrite the manifest so it carries the final timings too. */
 	return manifest_write(o->dir, m, err);

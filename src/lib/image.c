@@ -220,3 +220,15 @@ int image_open(const char *dir, struct manifest *m, struct stasis_error **err)
 	free(actual);
 	return 0;
 }
+
+int image_sync(const char *dir, struct manifest *m, struct stasis_error **err)
+{
+	_cleanup_close_ int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	uint64_t start = now_usec();
+
+	if (fd < 0 || syncfs(fd) < 0)
+		return stasis_error_errno(err, errno, "flushing %s to disk: %s", dir,
+					  strerror(errno));
+	manifest_add_phase(m, "sync", now_usec() - start);
+	return 0;
+}

@@ -21,4 +21,7 @@ int image_open(const char *dir, struct manifest *m, struct stasis_error **err);
 /* xxh128 of one file as 32 hex characters. */
 int image_hash_file(int dirfd, const char *name, char hex[33], uint64_t *size);
 
+/* Flush the image's file system to disk (syncfs); records the "sync" phase. */
+int image_sync(const char *dir, struct manifest *m, struct stasis_error **err);
+
 #endif

@@ -3,7 +3,8 @@
 // device counter that a kernel ticks every few milliseconds. It checks
 // itself: every tick must be the one after the last, and on SIGTERM the
 // whole buffer is verified against the pattern. Its verdict goes to its log.
-//   probe DIR GIB [--children N] [--managed] [--nvml] [--streams] [--fork-idle]
+//   probe DIR GIB [--children N] [--managed] [--nvml] [--streams] [--fork-idle] [--spread]
+// --spread: child i runs on GPU i (modulo the GPUs there are).
 // --fork-idle: once CUDA is up, fork a child that never uses CUDA and only
 // counts into DIR/idle-PID; it keeps its parent's /dev/nvidia* references.
 #include <cuda_runtime.h>
@@ -175,7 +176,7 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	int children = 0;
-	bool managed = false, nvml = false, streams = false, fork_idle = false;
+	bool managed = false, nvml = false, streams = false, fork_idle = false, spread = false;
 	for (int i = 3; i < argc; i++) {
 		if (!strcmp(argv[i], "--children") && i + 1 < argc)
 			children = atoi(argv[++i]);
@@ -187,6 +188,8 @@ int main(int argc, char **argv)
 			streams = true;
 		else if (!strcmp(argv[i], "--fork-idle"))
 			fork_idle = true;
+		else if (!strcmp(argv[i], "--spread"))
+			spread = true;
 	}
 	setsid();
 	int null = open("/dev/null", O_RDWR);
@@ -203,6 +206,9 @@ int main(int argc, char **argv)
 		kids[i] = fork();
 		if (kids[i] == 0) {
 			prctl(PR_SET_PDEATHSIG, SIGKILL);
+			int ngpus = 1;
+			if (spread && cudaGetDeviceCount(&ngpus) == cudaSuccess && ngpus > 0)
+				cudaSetDevice(i % ngpus);
 			return run(argv[1], gib, managed, nvml, streams, fork_idle);
 		}
 	}
