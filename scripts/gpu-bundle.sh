@@ -15,7 +15,8 @@ ln -s stasis "$out/bin/cuda-checkpoint"
 cp "$build/lib/stasis/criu/"*.so "$out/lib/stasis/criu/"
 cp "$build/criu/sbin/criu" "$out/criu/sbin/"
 cp "$build/criu/lib/criu/cuda_plugin.so" "$out/criu/lib/criu/"
-for bin in "$out/bin/stasis" "$out/criu/sbin/criu" "$out/criu/lib/criu/cuda_plugin.so"; do
+cp "$(command -v runc)" "$out/bin/runc"
+for bin in "$out/bin/stasis" "$out/bin/runc" "$out/criu/sbin/criu" "$out/criu/lib/criu/cuda_plugin.so"; do
 	ldd "$bin" | awk '/=> \// { print $3 }' | while read -r lib; do
 		case $(basename "$lib") in
 		libc.so.* | ld-linux*.so.* | libm.so.* | libpthread.so.* | libdl.so.* | librt.so.*) ;;
