@@ -157,19 +157,34 @@ static int runc_failure(struct stasis_error **err, const char *what, const char 
 	return stasis_error_hint(err, "logs: %s, %s", log, criu_log);
 }
 
+/* runc COMMAND ARGS... with its JSON log and CRIU's log in work. The
+ * container keeps the stdio runc had: /dev/null. */
+static int run_criu_command(const char *command, const char *criu_log_name, const char *id,
+			    const char *work, const char *const *args, struct stasis_error **err)
+{
+	char log[PATH_MAX + 16], criu_log[PATH_MAX + 16];
+	const char *argv[32] = {runc_binary(), "--log",	 log,		"--log-format",
+				"json",	       "--criu", criu_binary(), command};
+	size_t n = 8;
+	int r = criu_require(err);
+
+	if (r < 0)
+		return r;
+	while (*args && n < ARRAY_SIZE(argv) - 1)
+		argv[n++] = *args++;
+	argv[n] = NULL;
+	snprintf(log, sizeof(log), "%s/runc.log", work);
+	snprintf(criu_log, sizeof(criu_log), "%s/%s", work, criu_log_name);
+	if (mkdir_p(work) < 0)
+		return stasis_error_errno(err, errno, "creating %s", work);
+	r = exec_run(argv, NULL);
+	return r == 0 ? 0 : runc_failure(err, command, id, log, criu_log);
+}
+
 int runc_checkpoint(const char *id, const char *images, const char *work, bool leave_running,
 		    struct stasis_error **err)
 {
-	char log[PATH_MAX + 16], criu_log[PATH_MAX + 16];
-	const char *argv[] = {runc_binary(),
-			      "--log",
-			      log,
-			      "--log-format",
-			      "json",
-			      "--criu",
-			      criu_binary(),
-			      "checkpoint",
-			      "--image-path",
+	const char *args[] = {"--image-path",
 			      images,
 			      "--work-path",
 			      work,
@@ -177,37 +192,17 @@ int runc_checkpoint(const char *id, const char *images, const char *work, bool l
 			      leave_running ? "--leave-running" : id,
 			      leave_running ? id : NULL,
 			      NULL};
-	int r = criu_require(err);
 
-	if (r < 0)
-		return r;
-	snprintf(log, sizeof(log), "%s/runc.log", work);
-	snprintf(criu_log, sizeof(criu_log), "%s/dump.log", work);
-	if (mkdir_p(work) < 0)
-		return stasis_error_errno(err, errno, "creating %s", work);
-	r = exec_run(argv, NULL);
-	return r == 0 ? 0 : runc_failure(err, "checkpoint", id, log, criu_log);
+	return run_criu_command("checkpoint", "dump.log", id, work, args, err);
 }
 
 int runc_restore(const char *id, const char *bundle, const char *images, const char *work,
 		 struct stasis_error **err)
 {
-	char log[PATH_MAX + 16], criu_log[PATH_MAX + 16];
-	const char *argv[] = {
-	    runc_binary(), "--log",    log,	   "--log-format", "json", "--criu",
-	    criu_binary(), "restore",  "--detach", "--image-path", images, "--work-path",
-	    work,	   "--bundle", bundle,	   "--file-locks", id,	   NULL};
-	int r = criu_require(err);
+	const char *args[] = {"--detach", "--image-path", images, "--work-path", work, "--bundle",
+			      bundle,	  "--file-locks", id,	  NULL};
 
-	if (r < 0)
-		return r;
-	snprintf(log, sizeof(log), "%s/runc.log", work);
-	snprintf(criu_log, sizeof(criu_log), "%s/restore.log", work);
-	if (mkdir_p(work) < 0)
-		return stasis_error_errno(err, errno, "creating %s", work);
-	/* The restored container keeps the stdio runc had: /dev/null. */
-	r = exec_run(argv, NULL);
-	return r == 0 ? 0 : runc_failure(err, "restore", id, log, criu_log);
+	return run_criu_command("restore", "restore.log", id, work, args, err);
 }
 
 void runc_destroy(const char *id)
