@@ -11,6 +11,7 @@
 
 #include "cli.h"
 #include "cuda-api.h"
+#include "devfiles.h"
 #include "nvml.h"
 #include "runc.h"
 #include "proc.h"
@@ -25,36 +26,6 @@ struct ps_entry {
 	char container[96];
 	char blockers[256];
 };
-
-/* /dev/nvidia* file descriptors, and shared device mappings that only
- * managed (UVM) memory makes. */
-static void scan_nvidia_refs(pid_t pid, int *fds, bool *managed)
-{
-	char path[64];
-	DIR *d;
-	struct dirent *de;
-
-	*fds = 0;
-	snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
-	d = opendir(path);
-	while (d && (de = readdir(d))) {
-		char link[128], target[256];
-		ssize_t n;
-
-		snprintf(link, sizeof(link), "/proc/%d/fd/%s", (int)pid, de->d_name);
-		n = readlink(link, target, sizeof(target) - 1);
-		if (n <= 0)
-			continue;
-		target[n] = '\0';
-		*fds += strncmp(target, "/dev/nvidia", 11) == 0;
-	}
-	if (d)
-		closedir(d);
-	/* Managed (UVM) memory cannot be told from /proc: every CUDA process on
-	 * driver 580 has write-only shared device mappings too (measured). The
-	 * driver answers only at checkpoint time, and stasis rolls back then. */
-	*managed = false;
-}
 
 /* Container runtimes leave their mark in the cgroup path. */
 static void container_of(pid_t pid, char *out, size_t len)
@@ -88,14 +59,17 @@ static bool describe(pid_t pid, const struct nvml_gpu *gpus, const struct nvml_p
 {
 	enum cuda_process_state state;
 	bool cuda = cuda_available() && cuda_get_state(pid, &state) == CUDA_RES_SUCCESS;
-	bool managed = false, on_gpu = false;
-	int fds = 0;
+	unsigned int fds;
+	bool on_gpu = false;
 
 	memset(e, 0, sizeof(*e));
 	for (size_t i = 0; i < nnp; i++)
 		if (np[i].pid == pid)
 			on_gpu = true;
-	scan_nvidia_refs(pid, &fds, &managed);
+	/* Managed (UVM) memory cannot be told from /proc: every CUDA process on
+	 * driver 580 has shared device mappings (measured). The driver answers
+	 * only at checkpoint time, and stasis rolls back then. */
+	fds = nvidia_fds_of(pid);
 	if (!cuda && !on_gpu && fds == 0)
 		return false;
 	e->pid = pid;
@@ -111,13 +85,9 @@ static bool describe(pid_t pid, const struct nvml_gpu *gpus, const struct nvml_p
 		e->gpu_bytes += np[i].used_bytes;
 	}
 	container_of(pid, e->container, sizeof(e->container));
-	if (managed)
-		snprintf(e->blockers, sizeof(e->blockers), "managed (UVM) memory");
 	if (!cuda && fds)
-		snprintf(e->blockers + strlen(e->blockers),
-			 sizeof(e->blockers) - strlen(e->blockers),
-			 "%s/dev/nvidia* held without a CUDA context (%d fds)",
-			 e->blockers[0] ? "; " : "", fds);
+		snprintf(e->blockers, sizeof(e->blockers),
+			 "/dev/nvidia* held without a CUDA context (%u fds)", fds);
 	return true;
 }
 

@@ -25,7 +25,7 @@ static bool is_nvidia(const char *path)
 	return strncmp(path, nvidia_dev_prefix(), strlen(nvidia_dev_prefix())) == 0;
 }
 
-static unsigned int count_fds(pid_t pid)
+unsigned int nvidia_fds_of(pid_t pid)
 {
 	char dir_path[64], link[PATH_MAX + 64], target[PATH_MAX];
 	unsigned int n = 0;
@@ -56,7 +56,7 @@ int nvidia_refs_of(pid_t pid, struct nvidia_refs *refs)
 	_cleanup_fclose_ FILE *maps = NULL;
 
 	memset(refs, 0, sizeof(*refs));
-	refs->fds = count_fds(pid);
+	refs->fds = nvidia_fds_of(pid);
 	snprintf(path, sizeof(path), "/proc/%d/maps", (int)pid);
 	maps = fopen(path, "re");
 	if (!maps)

@@ -19,6 +19,9 @@ struct nvidia_refs {
 /* "/dev/nvidia"; $STASIS_NVIDIA_DEV_PREFIX for tests. */
 const char *nvidia_dev_prefix(void);
 
+/* Count pid's descriptors of nvidia device files only (cheap: no maps). */
+unsigned int nvidia_fds_of(pid_t pid);
+
 /* Count pid's descriptors and mappings of nvidia device files. */
 int nvidia_refs_of(pid_t pid, struct nvidia_refs *refs);
 
