@@ -104,6 +104,23 @@ static int preflight_tree(const struct stasis_checkpoint_options *o, struct stas
 	return 0;
 }
 
+int checkpoint_seal_image(const char *dir, struct manifest *m, struct stasis_error **err)
+{
+	uint64_t start = now_usec();
+	int r;
+
+	progress_begin("checksumming the image");
+	r = image_checksum(dir, m, err);
+	manifest_add_phase(m, "checksum", now_usec() - start);
+	progress_end();
+	if (r == 0 && fault_at("manifest", 0))
+		r = stasis_error_set(err, ENOSPC, STASIS_DOMAIN_SYSTEM, ENOSPC,
+				     "writing the manifest: injected fault");
+	if (r == 0)
+		r = manifest_write(dir, m, err);
+	return r;
+}
+
 /* What the post-dump notification needs: CRIU calls back without a
  * user pointer, and one stasis run does one checkpoint. */
 static struct {
@@ -118,25 +135,14 @@ static struct {
  * kill it; a non-zero answer makes CRIU resume the tree instead. */
 static int on_criu_notify(const char *action)
 {
-	uint64_t start;
-
 	if (strcmp(action, "post-dump") != 0)
 		return 0;
 	manifest_add_phase(post_dump.m, "criu_dump", now_usec() - post_dump.dump_start);
 	progress_end();
-	progress_begin("checksumming the image");
-	start = now_usec();
 	post_dump.result = checkpoint_check_interrupted("sigterm-before-manifest",
 							"writing the manifest", post_dump.err);
 	if (post_dump.result == 0)
-		post_dump.result = image_checksum(post_dump.dir, post_dump.m, post_dump.err);
-	manifest_add_phase(post_dump.m, "checksum", now_usec() - start);
-	progress_end();
-	if (post_dump.result == 0 && fault_at("manifest", 0))
-		post_dump.result = stasis_error_set(post_dump.err, ENOSPC, STASIS_DOMAIN_SYSTEM,
-						    ENOSPC, "writing the manifest: injected fault");
-	if (post_dump.result == 0)
-		post_dump.result = manifest_write(post_dump.dir, post_dump.m, post_dump.err);
+		post_dump.result = checkpoint_seal_image(post_dump.dir, post_dump.m, post_dump.err);
 	return post_dump.result < 0 ? 1 : 0;
 }
 

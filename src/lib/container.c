@@ -47,15 +47,9 @@ static int describe_container(const struct runc_container *c, struct manifest *m
 	m->container.spec = read_file_str(path, NULL);
 	r = runc_processes(c, &pids, &n, err);
 	for (size_t i = 0; r == 0 && i < n; i++) {
-		struct manifest_process *p = manifest_add_process(m);
-
-		if (!p)
-			return stasis_error_errno(err, ENOMEM, "out of memory");
-		p->pid = pids[i];
-		p->ppid = proc_ppid(pids[i]);
-		p->ns_pid = proc_ns_pid(pids[i]);
-		proc_comm(pids[i], p->comm, sizeof(p->comm));
-		p->cmdline = proc_cmdline(pids[i]);
+		r = proc_describe(pids[i], m, err);
+		if (r == 0)
+			m->procs[m->nprocs - 1].ns_pid = proc_ns_pid(pids[i]);
 	}
 	return r;
 }
@@ -88,7 +82,7 @@ static int adopt_host_pids(const char *id, struct manifest *m, pid_t *init,
 			   struct stasis_error **err)
 {
 	struct runc_container c;
-	_cleanup_free_ pid_t *pids = NULL;
+	_cleanup_free_ pid_t *pids = NULL, *ns = NULL;
 	size_t n = 0;
 	int r = runc_state(id, &c, err);
 
@@ -96,13 +90,18 @@ static int adopt_host_pids(const char *id, struct manifest *m, pid_t *init,
 		r = runc_processes(&c, &pids, &n, err);
 	if (r < 0)
 		return r;
+	ns = calloc(n ? n : 1, sizeof(*ns));
+	if (!ns)
+		return stasis_error_errno(err, ENOMEM, "out of memory");
+	for (size_t i = 0; i < n; i++)
+		ns[i] = proc_ns_pid(pids[i]);
 	*init = c.pid;
 	for (size_t j = 0; j < m->nprocs; j++) {
 		struct manifest_process *p = &m->procs[j];
 		pid_t host = 0;
 
 		for (size_t i = 0; i < n && !host; i++)
-			if (proc_ns_pid(pids[i]) == p->ns_pid)
+			if (ns[i] == p->ns_pid)
 				host = pids[i];
 		if (!host && p->cuda)
 			return stasis_error_set(err, ESRCH, STASIS_DOMAIN_CRIU, 0,
@@ -142,18 +141,6 @@ static void restore_after_failure(const struct stasis_checkpoint_options *o,
 	runc_destroy(c->id);
 	stasis_error_hint(err, "restoring container '%s' from %s failed too; it is gone", c->id,
 			  o->dir);
-}
-
-static int write_manifest(const char *dir, struct manifest *m, struct stasis_error **err)
-{
-	int r = image_checksum(dir, m, err);
-
-	if (r == 0 && fault_at("manifest", 0))
-		r = stasis_error_set(err, ENOSPC, STASIS_DOMAIN_SYSTEM, ENOSPC,
-				     "writing the manifest: injected fault");
-	if (r == 0)
-		r = manifest_write(dir, m, err);
-	return r;
 }
 
 static int dump(const struct stasis_checkpoint_options *o, struct manifest *m,
@@ -205,9 +192,7 @@ int container_checkpoint(const struct stasis_checkpoint_options *o, struct manif
 		pid_unlock(lock_fd);
 		return r;
 	}
-	start = now_usec();
-	r = write_manifest(o->dir, m, err);
-	manifest_add_phase(m, "checksum", now_usec() - start);
+	r = checkpoint_seal_image(o->dir, m, err);
 	if (r < 0 && !o->leave_running)
 		restore_after_failure(o, &c, m, err);
 	if (o->leave_running) {

@@ -104,6 +104,15 @@ struct manifest_file *manifest_add_file(struct manifest *m)
 	return grow((void **)&m->files, &m->nfiles, sizeof(struct manifest_file));
 }
 
+size_t manifest_cuda_count(const struct manifest *m)
+{
+	size_t n = 0;
+
+	for (size_t i = 0; i < m->nprocs; i++)
+		n += m->procs[i].cuda;
+	return n;
+}
+
 const struct manifest_process *manifest_root(const struct manifest *m)
 {
 	for (size_t i = 0; i < m->nprocs; i++) {

@@ -95,6 +95,9 @@ struct manifest_process *manifest_add_process(struct manifest *m);
 struct manifest_gpu *manifest_add_gpu(struct manifest *m);
 struct manifest_file *manifest_add_file(struct manifest *m);
 
+/* How many of m's processes had their GPU state checkpointed. */
+size_t manifest_cuda_count(const struct manifest *m);
+
 /* The process whose parent is outside the image: the root of the tree. */
 const struct manifest_process *manifest_root(const struct manifest *m);
 

@@ -36,21 +36,6 @@ static uint64_t mem_available(void)
 	return line ? strtoull(line + strlen("MemAvailable:"), NULL, 10) * 1024 : UINT64_MAX;
 }
 
-/* The cgroup (v2) path of pid, "/a/b"; empty when unknown. */
-static void cgroup_of(pid_t pid, char *out, size_t len)
-{
-	char path[64];
-	_cleanup_free_ char *text = NULL;
-	char *line;
-
-	out[0] = '\0';
-	snprintf(path, sizeof(path), "/proc/%d/cgroup", (int)pid);
-	text = read_file_str(path, NULL);
-	line = text ? strstr(text, "0::") : NULL;
-	if (line)
-		snprintf(out, len, "%s", strip_trailing(strtok(line + 3, "\n")));
-}
-
 static uint64_t read_u64(const char *dir, const char *name)
 {
 	char path[PATH_MAX + 32];
@@ -92,26 +77,27 @@ static uint64_t cgroup_headroom(const char *cgroup, char *limited_by, size_t len
 
 static int check_host_memory(const struct manifest *m, struct stasis_error **err)
 {
+	_cleanup_free_ char(*cgroups)[PATH_MAX] = calloc(m->nprocs ? m->nprocs : 1, PATH_MAX);
 	uint64_t total = 0;
 	int r;
 
+	if (!cgroups)
+		return stasis_error_errno(err, ENOMEM, "out of memory");
+	for (size_t i = 0; i < m->nprocs; i++)
+		if (m->procs[i].cuda)
+			proc_cgroup(m->procs[i].pid, cgroups[i], PATH_MAX);
 	for (size_t i = 0; i < m->nprocs; i++) {
-		char cgroup[PATH_MAX], where[PATH_MAX + 16];
+		char where[PATH_MAX + 16];
 		uint64_t need = 0, room;
 
 		if (!m->procs[i].cuda)
 			continue;
 		total += m->procs[i].gpu_bytes;
 		/* The GPU memory lands in each process, charged to its cgroup. */
-		cgroup_of(m->procs[i].pid, cgroup, sizeof(cgroup));
-		for (size_t j = 0; j < m->nprocs; j++) {
-			char other[PATH_MAX];
-
-			cgroup_of(m->procs[j].pid, other, sizeof(other));
-			if (m->procs[j].cuda && strcmp(other, cgroup) == 0)
+		for (size_t j = 0; j < m->nprocs; j++)
+			if (m->procs[j].cuda && strcmp(cgroups[j], cgroups[i]) == 0)
 				need += m->procs[j].gpu_bytes;
-		}
-		room = cgroup_headroom(cgroup, where, sizeof(where));
+		room = cgroup_headroom(cgroups[i], where, sizeof(where));
 		if (room != UINT64_MAX) {
 			r = preflight_host_memory_fits(need, room, where, err);
 			if (r < 0)
@@ -169,13 +155,10 @@ static int check_mig(const struct manifest *m, struct stasis_error **err)
 
 int preflight_gpu_checkpoint(const struct manifest *m, struct stasis_error **err)
 {
-	bool any = false;
 	pid_t mps;
 	int r;
 
-	for (size_t i = 0; i < m->nprocs; i++)
-		any |= m->procs[i].cuda;
-	if (!any)
+	if (!manifest_cuda_count(m))
 		return 0;
 	r = check_mig(m, err);
 	if (r < 0)

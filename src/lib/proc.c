@@ -153,6 +153,33 @@ int proc_tree(pid_t root, pid_t **pids_out, size_t *n_out, struct stasis_error *
 	return 0;
 }
 
+int proc_describe(pid_t pid, struct manifest *m, struct stasis_error **err)
+{
+	struct manifest_process *p = manifest_add_process(m);
+
+	if (!p)
+		return stasis_error_errno(err, ENOMEM, "out of memory");
+	p->pid = pid;
+	p->ppid = proc_ppid(pid);
+	proc_comm(pid, p->comm, sizeof(p->comm));
+	p->cmdline = proc_cmdline(pid);
+	return 0;
+}
+
+void proc_cgroup(pid_t pid, char *out, size_t len)
+{
+	char path[64];
+	_cleanup_free_ char *text = NULL;
+	char *line;
+
+	out[0] = '\0';
+	snprintf(path, sizeof(path), "/proc/%d/cgroup", (int)pid);
+	text = read_file_str(path, NULL);
+	line = text ? strstr(text, "0::") : NULL;
+	if (line)
+		snprintf(out, len, "%s", strip_trailing(strtok(line + 3, "\n")));
+}
+
 int proc_tree_describe(pid_t root, struct manifest *m, struct stasis_error **err)
 {
 	_cleanup_free_ pid_t *pids = NULL;
@@ -161,17 +188,9 @@ int proc_tree_describe(pid_t root, struct manifest *m, struct stasis_error **err
 
 	if (r < 0)
 		return r;
-	for (size_t i = 0; i < n; i++) {
-		struct manifest_process *p = manifest_add_process(m);
-
-		if (!p)
-			return stasis_error_errno(err, ENOMEM, "out of memory");
-		p->pid = pids[i];
-		p->ppid = proc_ppid(pids[i]);
-		proc_comm(pids[i], p->comm, sizeof(p->comm));
-		p->cmdline = proc_cmdline(pids[i]);
-	}
-	return 0;
+	for (size_t i = 0; r == 0 && i < n; i++)
+		r = proc_describe(pids[i], m, err);
+	return r;
 }
 
 bool proc_is_self_or_ancestor(pid_t pid)

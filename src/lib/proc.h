@@ -25,6 +25,12 @@ int proc_require(pid_t pid, struct stasis_error **err);
 /* All PIDs of the tree rooted at root, root first, breadth-first. */
 int proc_tree(pid_t root, pid_t **pids_out, size_t *n_out, struct stasis_error **err);
 
+/* Add pid to m->procs: parent, comm, cmdline. */
+int proc_describe(pid_t pid, struct manifest *m, struct stasis_error **err);
+
+/* Its cgroup (v2) path, "/a/b"; empty when unknown. */
+void proc_cgroup(pid_t pid, char *out, size_t len);
+
 /* Add the tree rooted at root to m->procs. */
 int proc_tree_describe(pid_t root, struct manifest *m, struct stasis_error **err);
 

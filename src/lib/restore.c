@@ -28,15 +28,6 @@
  * reaped yet: give them a bounded moment. */
 #define PID_FREE_WAIT_MS 5000
 
-static size_t count_cuda(const struct manifest *m)
-{
-	size_t n = 0;
-
-	for (size_t i = 0; i < m->nprocs; i++)
-		n += m->procs[i].cuda;
-	return n;
-}
-
 static int wait_pids_free(const struct manifest *m, struct stasis_error **err)
 {
 	for (int waited = 0;; waited += 20) {
@@ -71,7 +62,7 @@ int restore_gpu_preflight(const struct manifest *m, const char *map, struct gpu_
 	int r;
 
 	memset(plan, 0, sizeof(*plan));
-	if (count_cuda(m) == 0)
+	if (manifest_cuda_count(m) == 0)
 		return 0;
 	r = cuda_load(err);
 	if (r < 0)

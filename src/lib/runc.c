@@ -106,20 +106,17 @@ static bool contains(const pid_t *pids, size_t n, pid_t pid)
 int runc_processes(const struct runc_container *c, pid_t **pids, size_t *n,
 		   struct stasis_error **err)
 {
-	char path[PATH_MAX + 64];
-	_cleanup_free_ char *cgroup = NULL, *procs = NULL;
-	char *line, *save = NULL;
+	char cgroup[PATH_MAX], path[PATH_MAX + 64];
+	_cleanup_free_ char *procs = NULL;
+	char *save = NULL;
 	int r = proc_tree(c->pid, pids, n, err);
 
 	if (r < 0)
 		return r;
-	snprintf(path, sizeof(path), "/proc/%d/cgroup", (int)c->pid);
-	cgroup = read_file_str(path, NULL);
-	line = cgroup ? strstr(cgroup, "0::") : NULL;
-	if (!line)
+	proc_cgroup(c->pid, cgroup, sizeof(cgroup));
+	if (!cgroup[0])
 		return 0;
-	snprintf(path, sizeof(path), "/sys/fs/cgroup%s/cgroup.procs",
-		 strip_trailing(strtok(line + 3, "\n")));
+	snprintf(path, sizeof(path), "/sys/fs/cgroup%s/cgroup.procs", cgroup);
 	procs = read_file_str(path, NULL);
 	for (char *tok = procs ? strtok_r(procs, "\n", &save) : NULL; tok;
 	     tok = strtok_r(NULL, "\n", &save)) {

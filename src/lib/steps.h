@@ -21,6 +21,10 @@ int checkpoint_gpu_preflight(struct manifest *m, struct gpu_batch *batch,
  * what the driver left behind can be saved. The caller rolls back. */
 int checkpoint_suspend_gpus(struct gpu_batch *batch, struct manifest *m, struct stasis_error **err);
 
+/* Checksum every image file into m, then write the manifest: the image is
+ * complete from here on. Records the "checksum" phase. */
+int checkpoint_seal_image(const char *dir, struct manifest *m, struct stasis_error **err);
+
 /* EINTR naming step when SIGINT or SIGTERM arrived (fault simulates one). */
 int checkpoint_check_interrupted(const char *fault, const char *step, struct stasis_error **err);
 
