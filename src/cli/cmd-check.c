@@ -181,8 +181,7 @@ static void check_thp(struct report *rep)
 	else if (strstr(thp, "[always]"))
 		item(rep, OK, "huge-pages", NULL, "transparent huge pages: always");
 	else
-		item(rep, WARNING, "huge-pages",
-		     "echo always > /sys/kernel/mm/transparent_hugepage/enabled",
+		item(rep, WARNING, "huge-pages", "checkpoint and restore with --thp",
 		     "transparent huge pages: %s; the driver's checkpoint into host memory is "
 		     "slower without 'always'",
 		     strstr(thp, "[madvise]") ? "madvise" : "never");

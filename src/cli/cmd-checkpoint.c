@@ -17,6 +17,7 @@ int cmd_checkpoint(int argc, char **argv)
 	    {"tcp-established", no_argument, NULL, 'T'},
 	    {"timeout", required_argument, NULL, 't'},
 	    {"runtime", required_argument, NULL, 'r'},
+	    {"thp", no_argument, NULL, 'H'},
 	    {"print-stats", no_argument, NULL, 'P'},
 	    {"json", no_argument, NULL, 'P'},
 	    {NULL, 0, NULL, 0},
@@ -50,6 +51,9 @@ int cmd_checkpoint(int argc, char **argv)
 			break;
 		case 'r':
 			o.runtime = optarg;
+			break;
+		case 'H':
+			o.thp_always = true;
 			break;
 		case 'P':
 			stats = true;

@@ -49,6 +49,7 @@ int cmd_restore(int argc, char **argv)
 	    {"runtime", required_argument, NULL, 'r'},
 	    {"bundle", required_argument, NULL, 'b'},
 	    {"name", required_argument, NULL, 'n'},
+	    {"thp", no_argument, NULL, 'H'},
 	    {"print-stats", no_argument, NULL, 'P'},
 	    {"json", no_argument, NULL, 'P'},
 	    {NULL, 0, NULL, 0},
@@ -80,6 +81,9 @@ int cmd_restore(int argc, char **argv)
 			break;
 		case 'n':
 			o.name = optarg;
+			break;
+		case 'H':
+			o.thp_always = true;
 			break;
 		case 'P':
 			stats = true;

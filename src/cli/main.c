@@ -23,6 +23,8 @@ const struct command commands[] = {
      "      --tcp-established checkpoint established TCP connections\n"
      "  -t, --timeout MS      CUDA lock timeout (default 10000)\n"
      "      --runtime runc    checkpoint container CONTAINER instead of a PID\n"
+     "      --thp             transparent huge pages 'always' while it runs (the\n"
+     "                        machine's setting is put back afterwards)\n"
      "      --print-stats, --json  print phase timings as JSON on stdout\n"
      "                        (progress goes to stderr only on a terminal without it)\n"},
     {"restore", cmd_restore, "restore a process tree or container from an image",
@@ -37,6 +39,7 @@ const struct command commands[] = {
      "      --runtime runc    the image is a container: runc restores it (detached)\n"
      "      --bundle PATH     the container's bundle (default: the one checkpointed)\n"
      "      --name NEW        restore as container NEW (default: the same id)\n"
+     "      --thp             transparent huge pages 'always' while it runs\n"
      "      --print-stats, --json  print phase timings as JSON on stdout\n"
      "                        (progress goes to stderr only on a terminal without it)\n"},
     {"inspect", cmd_inspect, "show what an image holds",

@@ -23,6 +23,7 @@
 #include "progress.h"
 #include "stasis.h"
 #include "steps.h"
+#include "thp.h"
 #include "util.h"
 
 static volatile sig_atomic_t interrupted;
@@ -104,13 +105,14 @@ static int preflight_tree(const struct stasis_checkpoint_options *o, struct stas
 	return 0;
 }
 
-int checkpoint_seal_image(const char *dir, struct manifest *m, struct stasis_error **err)
+int checkpoint_seal_image(const char *dir, struct manifest *m, struct image_follower *follower,
+			  struct stasis_error **err)
 {
 	uint64_t start = now_usec();
 	int r;
 
 	progress_begin("checksumming the image");
-	r = image_checksum(dir, m, err);
+	r = image_checksum(dir, m, follower, err);
 	manifest_add_phase(m, "checksum", now_usec() - start);
 	progress_end();
 	if (r == 0 && fault_at("manifest", 0))
@@ -127,6 +129,7 @@ static struct {
 	const char *dir;
 	struct manifest *m;
 	struct stasis_error **err;
+	struct image_follower *follower;
 	uint64_t dump_start;
 	int result;
 } post_dump;
@@ -142,7 +145,8 @@ static int on_criu_notify(const char *action)
 	post_dump.result = checkpoint_check_interrupted("sigterm-before-manifest",
 							"writing the manifest", post_dump.err);
 	if (post_dump.result == 0)
-		post_dump.result = checkpoint_seal_image(post_dump.dir, post_dump.m, post_dump.err);
+		post_dump.result = checkpoint_seal_image(post_dump.dir, post_dump.m,
+							 post_dump.follower, post_dump.err);
 	return post_dump.result < 0 ? 1 : 0;
 }
 
@@ -170,9 +174,13 @@ static int dump_tree(const struct stasis_checkpoint_options *o, struct manifest 
 	if (fault_at("criu-dump", 0))
 		return stasis_error_set(err, EIO, STASIS_DOMAIN_CRIU, 0,
 					"criu dump failed: injected fault");
+	/* Without the follower the seal hashes everything after the dump. */
+	post_dump.follower = NULL;
+	image_follow_start(o->dir, &post_dump.follower, NULL);
 	progress_begin("CRIU dump of %zu process%s", m->nprocs, m->nprocs == 1 ? "" : "es");
 	r = criu_run_dump(&req, err);
 	progress_end();
+	image_follow_free(post_dump.follower);
 	if (post_dump.result < 0) {
 		/* CRIU reports the refused notification; the cause is ours. */
 		return post_dump.result;
@@ -297,6 +305,8 @@ int stasis_checkpoint(const struct stasis_checkpoint_options *o, struct manifest
 	if (!batch.lock_timeout_ms)
 		batch.lock_timeout_ms = GPU_DEFAULT_LOCK_TIMEOUT_MS;
 	r = stasis_require_root(err);
+	if (r == 0 && o->thp_always)
+		r = thp_always_begin(err);
 	if (r < 0)
 		return r;
 	if (o->runtime) {
@@ -311,6 +321,8 @@ int stasis_checkpoint(const struct stasis_checkpoint_options *o, struct manifest
 		r = lock_fd < 0 ? lock_fd : r;
 	}
 	gpu_batch_free(&batch);
+	if (o->thp_always)
+		thp_always_end();
 	/* Errors name their step and process already. */
 	if (r < 0)
 		return r;

@@ -165,6 +165,7 @@ int container_checkpoint(const struct stasis_checkpoint_options *o, struct manif
 			 struct gpu_batch *batch, struct stasis_error **err)
 {
 	struct runc_container c;
+	struct image_follower *follower = NULL;
 	uint64_t start = now_usec();
 	int r, lock_fd;
 
@@ -185,14 +186,18 @@ int container_checkpoint(const struct stasis_checkpoint_options *o, struct manif
 		r = checkpoint_suspend_gpus(batch, m, err);
 	if (r == 0)
 		r = checkpoint_check_interrupted("sigterm-before-dump", "runc checkpoint", err);
-	if (r == 0)
+	if (r == 0) {
+		image_follow_start(o->dir, &follower, NULL);
 		r = dump(o, m, err);
+	}
 	if (r < 0) {
+		image_follow_free(follower);
 		gpu_rollback(batch, err);
 		pid_unlock(lock_fd);
 		return r;
 	}
-	r = checkpoint_seal_image(o->dir, m, err);
+	r = checkpoint_seal_image(o->dir, m, follower, err);
+	image_follow_free(follower);
 	if (r < 0 && !o->leave_running)
 		restore_after_failure(o, &c, m, err);
 	if (o->leave_running) {

@@ -280,9 +280,13 @@ int criu_run_restore(const struct criu_restore_request *req, pid_t *root_out,
 	criu_local_set_file_locks(opts, true);
 	for (size_t i = 0; i < req->ninherit; i++)
 		criu_local_add_inherit_fd(opts, req->inherit_fds[i], req->inherit_keys[i]);
+	current_notify = req->notify;
+	if (req->notify)
+		criu_local_set_notify_cb(opts, notify_trampoline);
 	/* restore_child makes the restored root our child; plain restore leaves
 	 * it to the init process (detached). */
 	r = req->detach ? criu_local_restore(opts) : criu_local_restore_child(opts);
+	current_notify = NULL;
 	criu_local_free_opts(opts);
 	if (r < 0)
 		return criu_failure(err, "restore", r, req->work_dir, req->log_file);

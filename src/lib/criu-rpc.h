@@ -11,8 +11,9 @@
 
 #define CRIU_MIN_VERSION 40000
 
-/* Called for CRIU's notifications ("post-dump", ...); non-zero fails the
- * operation and CRIU resumes the tree. */
+/* Called for CRIU's notifications ("post-dump", "post-restore", ...);
+ * non-zero fails the operation: CRIU resumes a dumped tree, kills a
+ * restored one. */
 typedef int (*criu_notify_fn)(const char *action);
 
 struct criu_dump_request {
@@ -37,6 +38,9 @@ struct criu_restore_request {
 	const char *const *inherit_keys; /* CRIU --inherit-fd: key and our fd */
 	const int *inherit_fds;
 	size_t ninherit;
+	/* "post-restore" comes with the tree restored but not yet running;
+	 * non-zero there makes CRIU kill it. */
+	criu_notify_fn notify;
 };
 
 /* Path of the criu binary stasis uses: $STASIS_CRIU, next to stasis, PATH. */

@@ -8,13 +8,10 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <xxhash.h>
 
+#include "image-hash.h"
 #include "progress.h"
 #include "util.h"
-
-#define HASH_CHUNK (1u << 20)
-#define HASH_THREADS 4
 
 int image_prepare(const char *dir, struct stasis_error **err)
 {
@@ -33,102 +30,6 @@ int image_prepare(const char *dir, struct stasis_error **err)
 	if (r < 0)
 		return stasis_error_errno(err, -r, "creating %s: %s", sub, strerror(-r));
 	return 0;
-}
-
-int image_hash_file(int dirfd, const char *name, char hex[33], uint64_t *size)
-{
-	_cleanup_close_ int fd = openat(dirfd, name, O_RDONLY | O_CLOEXEC);
-	_cleanup_free_ char *buf = NULL;
-	XXH3_state_t *state;
-	XXH128_hash_t h;
-	uint64_t total = 0;
-	ssize_t n;
-
-	if (fd < 0)
-		return -errno;
-	buf = malloc(HASH_CHUNK);
-	state = XXH3_createState();
-	if (!buf || !state) {
-		XXH3_freeState(state);
-		return -ENOMEM;
-	}
-	XXH3_128bits_reset(state);
-	while ((n = read(fd, buf, HASH_CHUNK)) != 0) {
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0) {
-			int e = errno;
-
-			XXH3_freeState(state);
-			return -e;
-		}
-		XXH3_128bits_update(state, buf, (size_t)n);
-		total += (uint64_t)n;
-	}
-	h = XXH3_128bits_digest(state);
-	XXH3_freeState(state);
-	snprintf(hex, 33, "%016llx%016llx", (unsigned long long)h.high64,
-		 (unsigned long long)h.low64);
-	if (size)
-		*size = total;
-	return 0;
-}
-
-/* Files are hashed by a few threads at once: the big pages image dominates,
- * but the many small ones should not serialise behind it. */
-struct hash_job {
-	int dirfd;
-	struct manifest_file *files;
-	size_t nfiles;
-	size_t next;
-	pthread_mutex_t lock;
-	int error;
-	size_t failed;
-};
-
-static void *hash_worker(void *arg)
-{
-	struct hash_job *job = arg;
-
-	for (;;) {
-		size_t i;
-		int r;
-
-		pthread_mutex_lock(&job->lock);
-		i = job->next++;
-		pthread_mutex_unlock(&job->lock);
-		if (i >= job->nfiles)
-			return NULL;
-		r = image_hash_file(job->dirfd, job->files[i].name, job->files[i].xxh128,
-				    &job->files[i].size);
-		if (r < 0) {
-			pthread_mutex_lock(&job->lock);
-			if (!job->error) {
-				job->error = -r;
-				job->failed = i;
-			}
-			pthread_mutex_unlock(&job->lock);
-		}
-	}
-}
-
-static int hash_files(int dirfd, struct manifest_file *files, size_t nfiles, size_t *failed)
-{
-	struct hash_job job = {.dirfd = dirfd, .files = files, .nfiles = nfiles};
-	pthread_t threads[HASH_THREADS];
-	size_t started = 0;
-
-	pthread_mutex_init(&job.lock, NULL);
-	for (size_t i = 0; i < HASH_THREADS && i < nfiles; i++)
-		if (pthread_create(&threads[started], NULL, hash_worker, &job) == 0)
-			started++;
-	if (started == 0)
-		hash_worker(&job);
-	for (size_t i = 0; i < started; i++)
-		pthread_join(threads[i], NULL);
-	pthread_mutex_destroy(&job.lock);
-	*failed = job.failed;
-	return -job.error;
 }
 
 static int list_files(const char *dir, struct manifest *m, struct stasis_error **err)
@@ -159,7 +60,8 @@ static int list_files(const char *dir, struct manifest *m, struct stasis_error *
 	return 0;
 }
 
-int image_checksum(const char *dir, struct manifest *m, struct stasis_error **err)
+int image_checksum(const char *dir, struct manifest *m, struct image_follower *follower,
+		   struct stasis_error **err)
 {
 	_cleanup_close_ int dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	size_t failed = 0;
@@ -170,7 +72,10 @@ int image_checksum(const char *dir, struct manifest *m, struct stasis_error **er
 	r = list_files(dir, m, err);
 	if (r < 0)
 		return r;
-	r = hash_files(dirfd, m->files, m->nfiles, &failed);
+	/* What the follower could not finish is hashed whole below. */
+	if (follower)
+		image_follow_finish(follower, m->files, m->nfiles, &failed);
+	r = hash_files(dirfd, m->files, m->nfiles, NULL, &failed);
 	if (r < 0)
 		return stasis_error_errno(err, -r, "checksumming %s/%s: %s", dir,
 					  m->files[failed].name, strerror(-r));
@@ -180,45 +85,146 @@ int image_checksum(const char *dir, struct manifest *m, struct stasis_error **er
 	return 0;
 }
 
-int image_open(const char *dir, struct manifest *m, struct stasis_error **err)
+/* Checks the files of m whose "actual" entry is hashed against m. */
+static int compare_files(const char *dir, const struct manifest *m,
+			 const struct manifest_file *actual, struct stasis_error **err)
 {
-	_cleanup_close_ int dirfd = -1;
-	struct manifest_file *actual;
-	size_t failed = 0;
-	int r;
-
-	r = manifest_read(dir, m, err);
-	if (r < 0)
-		return r;
-	dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (dirfd < 0)
-		return stasis_error_errno(err, errno, "opening %s: %s", dir, strerror(errno));
-	actual = calloc(m->nfiles ? m->nfiles : 1, sizeof(*actual));
-	if (!actual)
-		return stasis_error_errno(err, ENOMEM, "out of memory");
-	for (size_t i = 0; i < m->nfiles; i++)
-		actual[i].name = m->files[i].name;
-	progress_begin("verifying the image's checksums");
-	r = hash_files(dirfd, actual, m->nfiles, &failed);
-	progress_end();
-	if (r < 0) {
-		stasis_error_set(err, -r, STASIS_DOMAIN_IMAGE, 0, "image file %s/%s: %s", dir,
-				 m->files[failed].name, strerror(-r));
-		free(actual);
-		return stasis_error_hint(err, "the image is incomplete; checkpoint again");
-	}
 	for (size_t i = 0; i < m->nfiles; i++) {
-		if (actual[i].size == m->files[i].size &&
-		    strcmp(actual[i].xxh128, m->files[i].xxh128) == 0)
+		if (!actual[i].xxh128[0] || (actual[i].size == m->files[i].size &&
+					     strcmp(actual[i].xxh128, m->files[i].xxh128) == 0))
 			continue;
 		stasis_error_set(err, EBADMSG, STASIS_DOMAIN_IMAGE, 0,
 				 "image file %s/%s does not match its checksum in the manifest",
 				 dir, m->files[i].name);
-		free(actual);
 		return stasis_error_hint(err, "the image is damaged; checkpoint again");
 	}
-	free(actual);
 	return 0;
+}
+
+struct image_verifier {
+	const char *dir;
+	const struct manifest *m;
+	int dirfd;
+	struct manifest_file *actual;
+	pthread_t thread;
+	bool running;
+	atomic_bool cancel;
+	int result; /* -errno of the hashing */
+	size_t failed;
+};
+
+static void *verify_thread(void *arg)
+{
+	struct image_verifier *v = arg;
+
+	v->result = hash_files(v->dirfd, v->actual, v->m->nfiles, &v->cancel, &v->failed);
+	return NULL;
+}
+
+static int verify_files(struct image_verifier *v, bool pages, struct stasis_error **err)
+{
+	for (size_t i = 0; i < v->m->nfiles; i++) {
+		v->actual[i].name = v->m->files[i].name;
+		v->actual[i].xxh128[0] = '\0';
+		/* Hash only the files of this round; mark the others as done. */
+		if (image_is_pages_file(v->m->files[i].name) != pages)
+			snprintf(v->actual[i].xxh128, sizeof(v->actual[i].xxh128), "-");
+	}
+	if (!pages) {
+		v->result = hash_files(v->dirfd, v->actual, v->m->nfiles, NULL, &v->failed);
+		return 0;
+	}
+	if (pthread_create(&v->thread, NULL, verify_thread, v) != 0)
+		return stasis_error_errno(err, EAGAIN, "starting the image verification");
+	v->running = true;
+	return 0;
+}
+
+static int verify_result(struct image_verifier *v, struct stasis_error **err)
+{
+	for (size_t i = 0; i < v->m->nfiles; i++)
+		if (strcmp(v->actual[i].xxh128, "-") == 0)
+			v->actual[i].xxh128[0] = '\0';
+	if (v->result < 0) {
+		stasis_error_set(err, -v->result, STASIS_DOMAIN_IMAGE, 0, "image file %s/%s: %s",
+				 v->dir, v->m->files[v->failed].name, strerror(-v->result));
+		return stasis_error_hint(err, "the image is incomplete; checkpoint again");
+	}
+	return compare_files(v->dir, v->m, v->actual, err);
+}
+
+int image_open_begin(const char *dir, struct manifest *m, struct image_verifier **out,
+		     struct stasis_error **err)
+{
+	struct image_verifier *v;
+	int r = manifest_read(dir, m, err);
+
+	if (r < 0)
+		return r;
+	v = calloc(1, sizeof(*v));
+	if (!v)
+		return stasis_error_errno(err, ENOMEM, "out of memory");
+	v->dir = dir;
+	v->m = m;
+	v->dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	v->actual = calloc(m->nfiles ? m->nfiles : 1, sizeof(*v->actual));
+	if (v->dirfd < 0 || !v->actual) {
+		r = stasis_error_errno(err, errno ? errno : ENOMEM, "opening %s: %s", dir,
+				       strerror(errno ? errno : ENOMEM));
+		image_verifier_free(v);
+		return r;
+	}
+	/* Everything CRIU interprets is checked before it runs; the pages
+	 * only fill memory, so they are checked while CRIU restores. */
+	r = verify_files(v, false, err);
+	if (r == 0)
+		r = verify_result(v, err);
+	if (r == 0)
+		r = verify_files(v, true, err);
+	if (r < 0) {
+		image_verifier_free(v);
+		return r;
+	}
+	*out = v;
+	return 0;
+}
+
+int image_verify_wait(struct image_verifier *v, struct stasis_error **err)
+{
+	if (v->running) {
+		pthread_join(v->thread, NULL);
+		v->running = false;
+	}
+	return verify_result(v, err);
+}
+
+void image_verifier_free(struct image_verifier *v)
+{
+	if (!v)
+		return;
+	if (v->running) {
+		atomic_store(&v->cancel, true);
+		pthread_join(v->thread, NULL);
+	}
+	if (v->dirfd >= 0)
+		close(v->dirfd);
+	free(v->actual);
+	free(v);
+}
+
+int image_open(const char *dir, struct manifest *m, struct stasis_error **err)
+{
+	struct image_verifier *v = NULL;
+	int r;
+
+	r = image_open_begin(dir, m, &v, err);
+	if (r < 0)
+		return r;
+	progress_begin("verifying the image's checksums");
+	r = image_verify_wait(v, err);
+	progress_end();
+	image_verifier_free(v);
+	return r;
 }
 
 int image_sync(const char *dir, struct manifest *m, struct stasis_error **err)

@@ -22,6 +22,7 @@
 #include "progress.h"
 #include "stasis.h"
 #include "steps.h"
+#include "thp.h"
 #include "util.h"
 
 /* Dumped processes may still be zombies, or orphans that init has not
@@ -117,8 +118,32 @@ int restore_resume_gpus(struct manifest *m, const struct gpu_plan *plan, struct 
 	return r;
 }
 
+/* What the post-restore notification needs (CRIU calls back without a
+ * user pointer; one stasis run does one restore). */
+static struct {
+	struct image_verifier *verifier;
+	struct manifest *m;
+	struct stasis_error **err;
+	int result;
+} post_restore;
+
+/* The tree is restored but none of it runs yet: it may run only from an
+ * image whose pages match their checksums. */
+static int on_criu_notify(const char *action)
+{
+	uint64_t start;
+
+	if (strcmp(action, "post-restore") != 0)
+		return 0;
+	start = now_usec();
+	post_restore.result = image_verify_wait(post_restore.verifier, post_restore.err);
+	manifest_add_phase(post_restore.m, "verify_wait", now_usec() - start);
+	return post_restore.result < 0 ? 1 : 0;
+}
+
 static int restore_locked(const struct stasis_restore_options *o, struct manifest *m,
-			  const struct gpu_plan *plan, pid_t *root_out, struct stasis_error **err)
+			  struct image_verifier *verifier, const struct gpu_plan *plan,
+			  pid_t *root_out, struct stasis_error **err)
 {
 	char images[4096];
 	struct criu_restore_request req = {
@@ -128,6 +153,7 @@ static int restore_locked(const struct stasis_restore_options *o, struct manifes
 	    .detach = o->detach,
 	    .shell_job = m->options.shell_job,
 	    .tcp_established = m->options.tcp_established,
+	    .notify = on_criu_notify,
 	};
 	uint64_t start;
 	int r;
@@ -143,11 +169,18 @@ static int restore_locked(const struct stasis_restore_options *o, struct manifes
 	else {
 		/* stasis's CRIU plugin moves /dev/nvidiaN descriptors with the map. */
 		setenv("STASIS_NVIDIA_DEV_MAP", plan->dev_map, 1);
+		post_restore.verifier = verifier;
+		post_restore.m = m;
+		post_restore.err = err;
+		post_restore.result = 0;
 		progress_begin("CRIU restore of %zu process%s", m->nprocs,
 			       m->nprocs == 1 ? "" : "es");
 		r = criu_run_restore(&req, root_out, err);
 		progress_end();
 		unsetenv("STASIS_NVIDIA_DEV_MAP");
+		/* CRIU reports the refused notification; the cause is ours. */
+		if (post_restore.result < 0)
+			r = post_restore.result;
 	}
 	manifest_add_phase(m, "criu_restore", now_usec() - start);
 	if (r < 0)
@@ -181,39 +214,72 @@ static int restore_container(const struct stasis_restore_options *o, struct mani
 	return container_restore(o, m, root_out, err);
 }
 
-int stasis_restore(const struct stasis_restore_options *o, struct manifest *m, pid_t *root_out,
-		   struct stasis_error **err)
+/* The image's pages are verified while CRIU restores (see
+ * on_criu_notify); what else the tree restore needs comes first. */
+static int restore_tree(const struct stasis_restore_options *o, struct manifest *m,
+			struct image_verifier *verifier, pid_t *root_out, struct stasis_error **err)
 {
-	const struct manifest_process *root;
 	struct gpu_plan plan;
-	uint64_t start = now_usec();
 	int lock_fd, r;
 
-	r = stasis_require_root(err);
-	if (r == 0)
-		r = image_open(o->dir, m, err);
-	if (r < 0)
-		return r;
-	m->nphases = 0; /* from here on m carries this restore's timings */
-	manifest_add_phase(m, "verify", now_usec() - start);
-	if (m->container.runtime || o->runtime) {
-		r = restore_container(o, m, root_out, err);
-		if (r < 0)
-			return stasis_error_wrap(err, "restore from %s", o->dir);
-		manifest_add_phase(m, "restore_total", now_usec() - start);
-		return 0;
-	}
 	r = criu_version(err);
 	if (r >= 0)
 		r = restore_gpu_preflight(m, o->gpu_map, &plan, err);
 	if (r < 0)
-		return stasis_error_wrap(err, "restore from %s", o->dir);
-	root = manifest_root(m);
-	lock_fd = pid_lock(root->pid, err);
+		return r;
+	lock_fd = pid_lock(manifest_root(m)->pid, err);
 	if (lock_fd < 0)
 		return lock_fd;
-	r = restore_locked(o, m, &plan, root_out, err);
+	r = restore_locked(o, m, verifier, &plan, root_out, err);
 	pid_unlock(lock_fd);
+	return r;
+}
+
+static int restore_either(const struct stasis_restore_options *o, struct manifest *m,
+			  struct image_verifier *verifier, pid_t *root_out,
+			  struct stasis_error **err)
+{
+	uint64_t start = now_usec();
+	int r;
+
+	if (m->container.runtime || o->runtime) {
+		/* runc gives no notification before the container runs. */
+		progress_begin("verifying the image's checksums");
+		r = image_verify_wait(verifier, err);
+		progress_end();
+		image_verifier_free(verifier);
+		manifest_add_phase(m, "verify_wait", now_usec() - start);
+		return r < 0 ? r : restore_container(o, m, root_out, err);
+	}
+	r = restore_tree(o, m, verifier, root_out, err);
+	image_verifier_free(verifier);
+	return r;
+}
+
+int stasis_restore(const struct stasis_restore_options *o, struct manifest *m, pid_t *root_out,
+		   struct stasis_error **err)
+{
+	struct image_verifier *verifier = NULL;
+	uint64_t start = now_usec();
+	int r;
+
+	r = stasis_require_root(err);
+	if (r == 0)
+		r = image_open_begin(o->dir, m, &verifier, err);
+	if (r < 0)
+		return r;
+	m->nphases = 0; /* from here on m carries this restore's timings */
+	manifest_add_phase(m, "verify", now_usec() - start);
+	if (o->thp_always) {
+		r = thp_always_begin(err);
+		if (r < 0) {
+			image_verifier_free(verifier);
+			return r;
+		}
+	}
+	r = restore_either(o, m, verifier, root_out, err);
+	if (o->thp_always)
+		thp_always_end();
 	if (r < 0)
 		return stasis_error_wrap(err, "restore from %s", o->dir);
 	manifest_add_phase(m, "restore_total", now_usec() - start);

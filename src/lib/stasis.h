@@ -21,6 +21,7 @@ struct stasis_checkpoint_options {
 	bool shell_job;
 	bool tcp_established;
 	unsigned int lock_timeout_ms;
+	bool thp_always; /* transparent huge pages "always" meanwhile (thp.h) */
 };
 
 /* Checkpoint the tree rooted at pid, or the container, into dir; m
@@ -35,6 +36,7 @@ struct stasis_restore_options {
 	const char *name;    /* a new container id */
 	bool detach;	     /* leave the restored tree to init */
 	const char *gpu_map; /* "OLD=NEW,..." or NULL */
+	bool thp_always;     /* transparent huge pages "always" meanwhile */
 };
 
 /* Restore the image in dir. m receives the manifest with restore timings;

@@ -7,6 +7,7 @@
 #include "error.h"
 #include "gpu.h"
 #include "gpumap.h"
+#include "image.h"
 #include "manifest.h"
 
 /* stasis version, time, host name and kernel into m. */
@@ -21,9 +22,11 @@ int checkpoint_gpu_preflight(struct manifest *m, struct gpu_batch *batch,
  * what the driver left behind can be saved. The caller rolls back. */
 int checkpoint_suspend_gpus(struct gpu_batch *batch, struct manifest *m, struct stasis_error **err);
 
-/* Checksum every image file into m, then write the manifest: the image is
- * complete from here on. Records the "checksum" phase. */
-int checkpoint_seal_image(const char *dir, struct manifest *m, struct stasis_error **err);
+/* Checksum every image file into m (with what follower, which may be NULL,
+ * hashed during the dump), then write the manifest: the image is complete
+ * from here on. Records the "checksum" phase. */
+int checkpoint_seal_image(const char *dir, struct manifest *m, struct image_follower *follower,
+			  struct stasis_error **err);
 
 /* EINTR naming step when SIGINT or SIGTERM arrived (fault simulates one). */
 int checkpoint_check_interrupted(const char *fault, const char *step, struct stasis_error **err);

@@ -150,7 +150,7 @@ static void write_and_verify(void **state)
 	fclose(f);
 	manifest_init(&m);
 	manifest_add_process(&m)->pid = 7;
-	assert_int_equal(image_checksum(dir, &m, &err), 0);
+	assert_int_equal(image_checksum(dir, &m, NULL, &err), 0);
 	assert_int_equal(m.image_bytes, 10);
 	assert_int_equal(manifest_write(dir, &m, &err), 0);
 	/* A second checkpoint into the same directory is refused. */

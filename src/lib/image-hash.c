@@ -1,0 +1,145 @@
+/* SPDX-License-Identifier: MIT */
+#include "image-hash.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "util.h"
+
+#define HASH_CHUNK (4u << 20)
+#define HASH_THREADS 4
+/* Ask for the next window while hashing this one: reading from a cold
+ * disk keeps more than one request in flight. */
+#define READ_AHEAD (64u << 20)
+
+bool image_is_pages_file(const char *name)
+{
+	const char *base = strrchr(name, '/');
+	size_t len;
+
+	base = base ? base + 1 : name;
+	len = strlen(base);
+	return strncmp(base, "pages-", 6) == 0 && len > 10 && strcmp(base + len - 4, ".img") == 0;
+}
+
+int hash_tail(int fd, XXH3_state_t *state, uint64_t *offset, const atomic_bool *cancel)
+{
+	_cleanup_free_ char *buf = malloc(HASH_CHUNK);
+	uint64_t asked = *offset;
+
+	if (!buf)
+		return -ENOMEM;
+	for (;;) {
+		ssize_t n;
+
+		if (cancel && atomic_load(cancel))
+			return -ECANCELED;
+		if (*offset + READ_AHEAD / 2 >= asked) {
+			asked = *offset + READ_AHEAD;
+			posix_fadvise(fd, (off_t)asked, READ_AHEAD, POSIX_FADV_WILLNEED);
+		}
+		n = pread(fd, buf, HASH_CHUNK, (off_t)*offset);
+		if (n == 0)
+			return 0;
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -errno;
+		XXH3_128bits_update(state, buf, (size_t)n);
+		*offset += (uint64_t)n;
+	}
+}
+
+void hash_hex(XXH3_state_t *state, char hex[33])
+{
+	XXH128_hash_t h = XXH3_128bits_digest(state);
+
+	snprintf(hex, 33, "%016llx%016llx", (unsigned long long)h.high64,
+		 (unsigned long long)h.low64);
+}
+
+static int hash_file(int dirfd, struct manifest_file *f, const atomic_bool *cancel)
+{
+	_cleanup_close_ int fd = openat(dirfd, f->name, O_RDONLY | O_CLOEXEC);
+	XXH3_state_t *state;
+	uint64_t size = 0;
+	int r;
+
+	if (fd < 0)
+		return -errno;
+	state = XXH3_createState();
+	if (!state)
+		return -ENOMEM;
+	XXH3_128bits_reset(state);
+	posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+	r = hash_tail(fd, state, &size, cancel);
+	if (r == 0) {
+		hash_hex(state, f->xxh128);
+		f->size = size;
+	}
+	XXH3_freeState(state);
+	return r;
+}
+
+/* Files are hashed by a few threads at once: the big pages images
+ * dominate, but the many small files should not queue behind them. */
+struct hash_job {
+	int dirfd;
+	struct manifest_file *files;
+	size_t nfiles;
+	const atomic_bool *cancel;
+	size_t next;
+	pthread_mutex_t lock;
+	int error;
+	size_t failed;
+};
+
+static void *hash_worker(void *arg)
+{
+	struct hash_job *job = arg;
+
+	for (;;) {
+		size_t i;
+		int r;
+
+		pthread_mutex_lock(&job->lock);
+		i = job->next++;
+		pthread_mutex_unlock(&job->lock);
+		if (i >= job->nfiles)
+			return NULL;
+		if (job->files[i].xxh128[0])
+			continue;
+		r = hash_file(job->dirfd, &job->files[i], job->cancel);
+		if (r < 0) {
+			pthread_mutex_lock(&job->lock);
+			if (!job->error) {
+				job->error = -r;
+				job->failed = i;
+			}
+			pthread_mutex_unlock(&job->lock);
+		}
+	}
+}
+
+int hash_files(int dirfd, struct manifest_file *files, size_t nfiles, const atomic_bool *cancel,
+	       size_t *failed)
+{
+	struct hash_job job = {.dirfd = dirfd, .files = files, .nfiles = nfiles, .cancel = cancel};
+	pthread_t threads[HASH_THREADS];
+	size_t started = 0;
+
+	pthread_mutex_init(&job.lock, NULL);
+	for (size_t i = 0; i < HASH_THREADS && i < nfiles; i++)
+		if (pthread_create(&threads[started], NULL, hash_worker, &job) == 0)
+			started++;
+	if (started == 0)
+		hash_worker(&job);
+	for (size_t i = 0; i < started; i++)
+		pthread_join(threads[i], NULL);
+	pthread_mutex_destroy(&job.lock);
+	*failed = job.failed;
+	return -job.error;
+}

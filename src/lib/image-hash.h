@@ -1,0 +1,31 @@
+/* SPDX-License-Identifier: MIT */
+/* Hashing image files (xxh128): whole files by a few threads at once, and
+ * the files that CRIU is still writing. Internal to the library. */
+#ifndef STASIS_IMAGE_HASH_H
+#define STASIS_IMAGE_HASH_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <xxhash.h>
+
+#include "manifest.h"
+
+/* CRIU writes one pages image per process; it holds nearly all the bytes
+ * (the GPU state included) and CRIU only ever appends to it. */
+bool image_is_pages_file(const char *name);
+
+/* Hash what is left of fd from its offset to end of file into state;
+ * *offset moves along. Stops early with -ECANCELED once *cancel is set. */
+int hash_tail(int fd, XXH3_state_t *state, uint64_t *offset, const atomic_bool *cancel);
+
+/* The hex digest of state into hex. */
+void hash_hex(XXH3_state_t *state, char hex[33]);
+
+/* Hash files (names relative to dirfd) into their xxh128 and size, a few
+ * at a time; files whose xxh128 is already set are left alone. On failure
+ * *failed is the index of the file that failed. */
+int hash_files(int dirfd, struct manifest_file *files, size_t nfiles, const atomic_bool *cancel,
+	       size_t *failed);
+
+#endif

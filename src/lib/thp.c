@@ -1,0 +1,146 @@
+/* SPDX-License-Identifier: MIT */
+#include "thp.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+
+#include "lock.h"
+#include "util.h"
+
+#define THP_SYSFS "/sys/kernel/mm/transparent_hugepage/enabled"
+
+const char *thp_setting_path(void)
+{
+	const char *env = getenv("STASIS_THP_FILE");
+
+	return env && *env ? env : THP_SYSFS;
+}
+
+/* The mode in brackets: "always [madvise] never" -> "madvise". */
+static int read_mode(char *mode, size_t len)
+{
+	_cleanup_free_ char *text = read_file_str(thp_setting_path(), NULL);
+	char *open, *close;
+
+	if (!text)
+		return -errno;
+	open = strchr(text, '[');
+	close = open ? strchr(open, ']') : NULL;
+	if (!open || !close || (size_t)(close - open) > len)
+		return -EINVAL;
+	snprintf(mode, len, "%.*s", (int)(close - open - 1), open + 1);
+	return 0;
+}
+
+static int write_str(const char *path, const char *text)
+{
+	_cleanup_close_ int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+
+	if (fd < 0)
+		return -errno;
+	return write_all(fd, text, strlen(text));
+}
+
+/* The directory where runs register, locked; returns its fd. */
+static int lock_registry(char *dir, size_t len)
+{
+	char lock[4096];
+	int fd;
+
+	snprintf(dir, len, "%s/thp", stasis_run_dir());
+	if (mkdir_p(dir) < 0)
+		return -errno;
+	snprintf(lock, sizeof(lock), "%s/lock", dir);
+	fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return -errno;
+	if (flock(fd, LOCK_EX) < 0) {
+		int e = errno;
+
+		close(fd);
+		return -e;
+	}
+	return fd;
+}
+
+/* Registered runs still alive; the files of dead ones are removed. */
+static int live_users(const char *dir)
+{
+	DIR *d = opendir(dir);
+	struct dirent *de;
+	int n = 0;
+
+	if (!d)
+		return 0;
+	while ((de = readdir(d))) {
+		char path[4096];
+		int pid;
+
+		if (sscanf(de->d_name, "user-%d", &pid) != 1)
+			continue;
+		if (kill(pid, 0) == 0 || errno == EPERM) {
+			n++;
+			continue;
+		}
+		snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
+		unlink(path);
+	}
+	closedir(d);
+	return n;
+}
+
+int thp_always_begin(struct stasis_error **err)
+{
+	char dir[4096], path[4096], mode[32];
+	int fd = lock_registry(dir, sizeof(dir)), r = 0;
+
+	if (fd < 0)
+		return stasis_error_errno(err, -fd, "registering for --thp under %s: %s",
+					  stasis_run_dir(), strerror(-fd));
+	snprintf(path, sizeof(path), "%s/saved", dir);
+	/* A saved mode with no live user is one a crashed run left: keep it. */
+	if (live_users(dir) == 0 && access(path, F_OK) < 0) {
+		r = read_mode(mode, sizeof(mode));
+		if (r == 0)
+			r = write_str(path, mode);
+	}
+	if (r == 0)
+		r = write_str(thp_setting_path(), "always");
+	if (r == 0) {
+		snprintf(path, sizeof(path), "%s/user-%d", dir, (int)getpid());
+		r = write_str(path, "");
+	}
+	close(fd);
+	if (r < 0) {
+		stasis_error_set(err, -r, STASIS_DOMAIN_SYSTEM, -r,
+				 "setting transparent huge pages to always in %s: %s",
+				 thp_setting_path(), strerror(-r));
+		thp_always_end();
+		return stasis_error_hint(err, "run without --thp");
+	}
+	return 0;
+}
+
+void thp_always_end(void)
+{
+	char dir[4096], path[4096];
+	_cleanup_free_ char *mode = NULL;
+	int fd = lock_registry(dir, sizeof(dir));
+
+	if (fd < 0)
+		return;
+	snprintf(path, sizeof(path), "%s/user-%d", dir, (int)getpid());
+	unlink(path);
+	snprintf(path, sizeof(path), "%s/saved", dir);
+	if (live_users(dir) == 0 && (mode = read_file_str(path, NULL))) {
+		if (write_str(thp_setting_path(), mode) == 0)
+			unlink(path);
+	}
+	close(fd);
+}

@@ -1,0 +1,143 @@
+/* SPDX-License-Identifier: MIT */
+/* Image checksums: the follower that hashes pages images while they are
+ * written must give what hashing the finished files gives, and the
+ * verification must catch a changed pages file. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "image-hash.h"
+#include "image.h"
+
+#define MIB (1u << 20)
+
+static char dir[] = "/tmp/stasis-test-image-XXXXXX";
+
+static void write_chunk(const char *name, unsigned int seed, size_t len, int flags)
+{
+	char path[4096];
+	char *buf = malloc(len);
+	int fd;
+
+	for (size_t i = 0; i < len; i++)
+		buf[i] = (char)((i * 2654435761u) >> 13 ^ seed);
+	snprintf(path, sizeof(path), "%s/criu/%s", dir, name);
+	fd = open(path, O_WRONLY | O_CREAT | flags, 0644);
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, buf, len), (ssize_t)len);
+	close(fd);
+	free(buf);
+}
+
+static const char *hash_of(const struct manifest *m, const char *name)
+{
+	for (size_t i = 0; i < m->nfiles; i++)
+		if (strcmp(m->files[i].name, name) == 0)
+			return m->files[i].xxh128;
+	return "";
+}
+
+static void pages_names(void **state)
+{
+	(void)state;
+	assert_true(image_is_pages_file("criu/pages-1.img"));
+	assert_true(image_is_pages_file("pages-12.img"));
+	assert_false(image_is_pages_file("criu/pagemap-1.img"));
+	assert_false(image_is_pages_file("criu/pages-.img"));
+	assert_false(image_is_pages_file("criu/core-1.img"));
+}
+
+/* Written while followed, in pieces, one file replaced on the way: the
+ * sums are those of the finished files. */
+static void follower_matches_whole_files(void **state)
+{
+	struct image_follower *f = NULL;
+	struct stasis_error *err = NULL;
+	struct manifest followed, whole;
+
+	(void)state;
+	assert_int_equal(image_prepare(dir, &err), 0);
+	assert_int_equal(image_follow_start(dir, &f, &err), 0);
+	for (unsigned int i = 0; i < 24; i++) {
+		write_chunk("pages-1.img", i, MIB + i, O_APPEND);
+		if (i == 8)
+			write_chunk("pages-2.img", 99, 3 * MIB, O_APPEND);
+		usleep(2000);
+	}
+	/* Replaced after the follower has read it: hashed whole instead. */
+	unlink(strcat(strcpy((char[4096]){0}, dir), "/criu/pages-2.img"));
+	write_chunk("pages-2.img", 7, 2 * MIB, O_TRUNC);
+	write_chunk("core-1.img", 3, 4096, O_TRUNC);
+	manifest_init(&followed);
+	manifest_init(&whole);
+	assert_int_equal(image_checksum(dir, &followed, f, &err), 0);
+	image_follow_free(f);
+	assert_int_equal(image_checksum(dir, &whole, NULL, &err), 0);
+	assert_int_equal(followed.nfiles, 3);
+	assert_int_equal(followed.image_bytes, whole.image_bytes);
+	for (size_t i = 0; i < whole.nfiles; i++)
+		assert_string_equal(hash_of(&followed, whole.files[i].name), whole.files[i].xxh128);
+	manifest_free(&followed);
+	manifest_free(&whole);
+}
+
+/* A byte changed in a pages file shows when the verification is awaited. */
+static void verifier_catches_changed_pages(void **state)
+{
+	struct stasis_error *err = NULL;
+	struct image_verifier *v = NULL;
+	struct manifest m, opened;
+
+	(void)state;
+	manifest_init(&m);
+	manifest_add_process(&m)->pid = 7;
+	assert_int_equal(image_checksum(dir, &m, NULL, &err), 0);
+	assert_int_equal(manifest_write(dir, &m, &err), 0);
+	manifest_init(&opened);
+	assert_int_equal(image_open(dir, &opened, &err), 0);
+	manifest_free(&opened);
+	write_chunk("pages-1.img", 5, 1, O_APPEND);
+	manifest_init(&opened);
+	assert_int_equal(image_open_begin(dir, &opened, &v, &err), 0);
+	assert_int_equal(image_verify_wait(v, &err), -EBADMSG);
+	assert_non_null(strstr(err->message, "pages-1.img does not match its checksum"));
+	image_verifier_free(v);
+	stasis_error_free(err);
+	manifest_free(&opened);
+	manifest_free(&m);
+}
+
+static int setup(void **state)
+{
+	(void)state;
+	return mkdtemp(dir) ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+	char cmd[4200];
+
+	(void)state;
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+	return system(cmd);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(pages_names),
+	    cmocka_unit_test(follower_matches_whole_files),
+	    cmocka_unit_test(verifier_catches_changed_pages),
+	};
+
+	return cmocka_run_group_tests(tests, setup, teardown);
+}
