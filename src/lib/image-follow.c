@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: MIT */
-/* Following the pages images while CRIU writes them: a thread hashes each
- * one up to its current end and asks the kernel to start writing it back.
- * Without it the whole image is read again for the checksum after the dump,
- * with the tree still frozen, and its writeback starts only when the dirty
- * page limits say so. */
+/* Following the pages images while CRIU writes them: one thread hashes each
+ * up to its current end, another asks the kernel to start writing it back.
+ * Without them the whole image is read again for the checksum after the
+ * dump, with the tree still frozen, and its writeback starts only when the
+ * dirty page limits say so. They are two threads because starting the
+ * writeback blocks at the disk's pace while hashing goes at memory speed. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -17,8 +18,9 @@
 #include "util.h"
 
 #define FOLLOW_IDLE_US 5000
-/* Writeback is started in steps this big, behind the hashing. */
+/* Writeback is started in steps this big. */
 #define FLUSH_STEP (64ull << 20)
+#define FLUSH_IDLE_US 20000
 
 struct followed_file {
 	char *name; /* relative to the image directory, like the manifest's */
@@ -26,15 +28,16 @@ struct followed_file {
 	ino_t ino;
 	XXH3_state_t *state;
 	uint64_t hashed;
-	uint64_t flushed;
+	uint64_t flushed; /* the flusher's, under the lock */
 };
 
 struct image_follower {
 	int dirfd; /* the image directory */
 	DIR *criu_dir;
-	pthread_t thread;
+	pthread_t thread, flusher;
 	bool running;
 	atomic_bool stop;
+	pthread_mutex_t lock; /* files as the flusher sees them */
 	struct followed_file *files;
 	size_t nfiles;
 	int error; /* the first error of the thread, as -errno */
@@ -50,31 +53,37 @@ static bool following(const struct image_follower *f, const char *name)
 
 static int follow_file(struct image_follower *f, const char *name)
 {
-	struct followed_file *grown, *ff;
+	struct followed_file ff = {0}, *grown;
 	struct stat st;
 
-	grown = realloc(f->files, (f->nfiles + 1) * sizeof(*grown));
-	if (!grown)
+	if (asprintf(&ff.name, "%s/%s", IMAGE_CRIU_SUBDIR, name) < 0)
 		return -ENOMEM;
-	f->files = grown;
-	ff = &f->files[f->nfiles];
-	memset(ff, 0, sizeof(*ff));
-	if (asprintf(&ff->name, "%s/%s", IMAGE_CRIU_SUBDIR, name) < 0)
-		return -ENOMEM;
-	ff->state = XXH3_createState();
-	ff->fd = openat(f->dirfd, ff->name, O_RDONLY | O_CLOEXEC);
-	if (!ff->state || ff->fd < 0 || fstat(ff->fd, &st) < 0) {
-		int e = ff->state ? errno : ENOMEM;
+	ff.state = XXH3_createState();
+	ff.fd = openat(f->dirfd, ff.name, O_RDONLY | O_CLOEXEC);
+	if (!ff.state || ff.fd < 0 || fstat(ff.fd, &st) < 0) {
+		int e = ff.state ? errno : ENOMEM;
 
-		if (ff->fd >= 0)
-			close(ff->fd);
-		XXH3_freeState(ff->state);
-		free(ff->name);
+		if (ff.fd >= 0)
+			close(ff.fd);
+		XXH3_freeState(ff.state);
+		free(ff.name);
 		return -e;
 	}
-	ff->ino = st.st_ino;
-	XXH3_128bits_reset(ff->state);
-	f->nfiles++;
+	ff.ino = st.st_ino;
+	XXH3_128bits_reset(ff.state);
+	pthread_mutex_lock(&f->lock);
+	grown = realloc(f->files, (f->nfiles + 1) * sizeof(*grown));
+	if (grown) {
+		f->files = grown;
+		f->files[f->nfiles++] = ff;
+	}
+	pthread_mutex_unlock(&f->lock);
+	if (!grown) {
+		close(ff.fd);
+		XXH3_freeState(ff.state);
+		free(ff.name);
+		return -ENOMEM;
+	}
 	return 0;
 }
 
@@ -95,22 +104,52 @@ static int scan(struct image_follower *f)
 	return 0;
 }
 
-/* Hash what CRIU has written so far; true when something was. */
+/* Hash what CRIU has written so far; *moved when there was something. */
 static int advance(struct followed_file *ff, bool *moved)
 {
 	uint64_t before = ff->hashed;
 	int r = hash_tail(ff->fd, ff->state, &ff->hashed, NULL);
 
-	if (r < 0)
-		return r;
 	*moved = *moved || ff->hashed != before;
-	if (ff->hashed - ff->flushed >= FLUSH_STEP) {
-		/* Only starts the writeback; syncfs waits for it at the end. */
-		sync_file_range(ff->fd, (off_t)ff->flushed, (off_t)(ff->hashed - ff->flushed),
-				SYNC_FILE_RANGE_WRITE);
-		ff->flushed = ff->hashed;
+	return r;
+}
+
+/* Start the writeback of what CRIU wrote of file i since the last time;
+ * syncfs waits for it at the end. */
+static void flush_file(struct image_follower *f, size_t i)
+{
+	struct stat st;
+	uint64_t from;
+	int fd;
+
+	pthread_mutex_lock(&f->lock);
+	fd = f->files[i].fd;
+	from = f->files[i].flushed;
+	pthread_mutex_unlock(&f->lock);
+	if (fstat(fd, &st) < 0 || (uint64_t)st.st_size < from + FLUSH_STEP)
+		return;
+	sync_file_range(fd, (off_t)from, (off_t)((uint64_t)st.st_size - from),
+			SYNC_FILE_RANGE_WRITE);
+	pthread_mutex_lock(&f->lock);
+	f->files[i].flushed = (uint64_t)st.st_size;
+	pthread_mutex_unlock(&f->lock);
+}
+
+static void *flush_thread(void *arg)
+{
+	struct image_follower *f = arg;
+
+	while (!atomic_load(&f->stop)) {
+		size_t n;
+
+		pthread_mutex_lock(&f->lock);
+		n = f->nfiles;
+		pthread_mutex_unlock(&f->lock);
+		for (size_t i = 0; i < n; i++)
+			flush_file(f, i);
+		usleep(FLUSH_IDLE_US);
 	}
-	return 0;
+	return NULL;
 }
 
 static void *follow_thread(void *arg)
@@ -140,6 +179,7 @@ int image_follow_start(const char *dir, struct image_follower **out, struct stas
 
 	if (!f)
 		return stasis_error_errno(err, ENOMEM, "out of memory");
+	pthread_mutex_init(&f->lock, NULL);
 	snprintf(sub, sizeof(sub), "%s/%s", dir, IMAGE_CRIU_SUBDIR);
 	f->dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	f->criu_dir = opendir(sub);
@@ -153,6 +193,12 @@ int image_follow_start(const char *dir, struct image_follower **out, struct stas
 		image_follow_free(f);
 		return stasis_error_errno(err, EAGAIN, "starting the image follower");
 	}
+	if (pthread_create(&f->flusher, NULL, flush_thread, f) != 0) {
+		atomic_store(&f->stop, true);
+		pthread_join(f->thread, NULL);
+		image_follow_free(f);
+		return stasis_error_errno(err, EAGAIN, "starting the image flusher");
+	}
 	f->running = true;
 	*out = f;
 	return 0;
@@ -164,6 +210,7 @@ static void follow_stop(struct image_follower *f)
 		return;
 	atomic_store(&f->stop, true);
 	pthread_join(f->thread, NULL);
+	pthread_join(f->flusher, NULL);
 	f->running = false;
 }
 
@@ -227,5 +274,6 @@ void image_follow_free(struct image_follower *f)
 		closedir(f->criu_dir);
 	if (f->dirfd >= 0)
 		close(f->dirfd);
+	pthread_mutex_destroy(&f->lock);
 	free(f);
 }
