@@ -38,6 +38,7 @@ struct image_follower {
 	bool running;
 	atomic_bool stop;
 	pthread_mutex_t lock; /* files as the flusher sees them */
+	char *buf;	      /* the hashing's, HASH_CHUNK bytes */
 	struct followed_file *files;
 	size_t nfiles;
 	int error; /* the first error of the thread, as -errno */
@@ -105,10 +106,10 @@ static int scan(struct image_follower *f)
 }
 
 /* Hash what CRIU has written so far; *moved when there was something. */
-static int advance(struct followed_file *ff, bool *moved)
+static int advance(struct followed_file *ff, char *buf, bool *moved)
 {
 	uint64_t before = ff->hashed;
-	int r = hash_tail(ff->fd, ff->state, &ff->hashed, NULL);
+	int r = hash_tail(ff->fd, ff->state, buf, &ff->hashed, NULL);
 
 	*moved = *moved || ff->hashed != before;
 	return r;
@@ -161,7 +162,7 @@ static void *follow_thread(void *arg)
 		int r = scan(f);
 
 		for (size_t i = 0; i < f->nfiles && r == 0; i++)
-			r = advance(&f->files[i], &moved);
+			r = advance(&f->files[i], f->buf, &moved);
 		if (r < 0) {
 			f->error = r;
 			return NULL;
@@ -183,8 +184,9 @@ int image_follow_start(const char *dir, struct image_follower **out, struct stas
 	snprintf(sub, sizeof(sub), "%s/%s", dir, IMAGE_CRIU_SUBDIR);
 	f->dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	f->criu_dir = opendir(sub);
-	if (f->dirfd < 0 || !f->criu_dir) {
-		int e = errno;
+	f->buf = malloc(HASH_CHUNK);
+	if (f->dirfd < 0 || !f->criu_dir || !f->buf) {
+		int e = f->buf ? errno : ENOMEM;
 
 		image_follow_free(f);
 		return stasis_error_errno(err, e, "opening %s: %s", sub, strerror(e));
@@ -225,7 +227,7 @@ static int finish_file(struct image_follower *f, struct followed_file *ff,
 		return -errno;
 	if (st.st_ino != ff->ino)
 		return -ESTALE;
-	r = hash_tail(ff->fd, ff->state, &ff->hashed, NULL);
+	r = hash_tail(ff->fd, ff->state, f->buf, &ff->hashed, NULL);
 	if (r < 0)
 		return r;
 	hash_hex(ff->state, out->xxh128);
@@ -233,14 +235,11 @@ static int finish_file(struct image_follower *f, struct followed_file *ff,
 	return 0;
 }
 
-int image_follow_finish(struct image_follower *f, struct manifest_file *files, size_t nfiles,
-			size_t *failed)
+int image_follow_finish(struct image_follower *f, struct manifest_file *files, size_t nfiles)
 {
 	follow_stop(f);
-	if (f->error < 0) {
-		*failed = 0;
+	if (f->error < 0)
 		return f->error;
-	}
 	for (size_t i = 0; i < nfiles; i++) {
 		for (size_t j = 0; j < f->nfiles; j++) {
 			int r;
@@ -249,7 +248,6 @@ int image_follow_finish(struct image_follower *f, struct manifest_file *files, s
 				continue;
 			r = finish_file(f, &f->files[j], &files[i]);
 			if (r < 0) {
-				*failed = i;
 				for (size_t k = 0; k <= i; k++)
 					files[k].xxh128[0] = '\0';
 				return r;
@@ -270,6 +268,7 @@ void image_follow_free(struct image_follower *f)
 		free(f->files[i].name);
 	}
 	free(f->files);
+	free(f->buf);
 	if (f->criu_dir)
 		closedir(f->criu_dir);
 	if (f->dirfd >= 0)

@@ -9,7 +9,6 @@
 
 #include "util.h"
 
-#define HASH_CHUNK (4u << 20)
 #define HASH_THREADS 4
 /* Ask for the next window while hashing this one: reading from a cold
  * disk keeps more than one request in flight. */
@@ -25,13 +24,10 @@ bool image_is_pages_file(const char *name)
 	return strncmp(base, "pages-", 6) == 0 && len > 10 && strcmp(base + len - 4, ".img") == 0;
 }
 
-int hash_tail(int fd, XXH3_state_t *state, uint64_t *offset, const atomic_bool *cancel)
+int hash_tail(int fd, XXH3_state_t *state, char *buf, uint64_t *offset, const atomic_bool *cancel)
 {
-	_cleanup_free_ char *buf = malloc(HASH_CHUNK);
 	uint64_t asked = *offset;
 
-	if (!buf)
-		return -ENOMEM;
 	for (;;) {
 		ssize_t n;
 
@@ -61,7 +57,22 @@ void hash_hex(XXH3_state_t *state, char hex[33])
 		 (unsigned long long)h.low64);
 }
 
-static int hash_file(int dirfd, struct manifest_file *f, const atomic_bool *cancel)
+bool hash_skip_hashed(const struct manifest_file *f)
+{
+	return f->xxh128[0] != '\0';
+}
+
+bool hash_skip_pages(const struct manifest_file *f)
+{
+	return image_is_pages_file(f->name);
+}
+
+bool hash_skip_all_but_pages(const struct manifest_file *f)
+{
+	return !image_is_pages_file(f->name);
+}
+
+static int hash_file(int dirfd, struct manifest_file *f, char *buf, const atomic_bool *cancel)
 {
 	_cleanup_close_ int fd = openat(dirfd, f->name, O_RDONLY | O_CLOEXEC);
 	XXH3_state_t *state;
@@ -75,7 +86,7 @@ static int hash_file(int dirfd, struct manifest_file *f, const atomic_bool *canc
 		return -ENOMEM;
 	XXH3_128bits_reset(state);
 	posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
-	r = hash_tail(fd, state, &size, cancel);
+	r = hash_tail(fd, state, buf, &size, cancel);
 	if (r == 0) {
 		hash_hex(state, f->xxh128);
 		f->size = size;
@@ -90,6 +101,7 @@ struct hash_job {
 	int dirfd;
 	struct manifest_file *files;
 	size_t nfiles;
+	hash_skip_fn skip;
 	const atomic_bool *cancel;
 	size_t next;
 	pthread_mutex_t lock;
@@ -97,9 +109,20 @@ struct hash_job {
 	size_t failed;
 };
 
+static void record_failure(struct hash_job *job, size_t i, int r)
+{
+	pthread_mutex_lock(&job->lock);
+	if (!job->error) {
+		job->error = -r;
+		job->failed = i;
+	}
+	pthread_mutex_unlock(&job->lock);
+}
+
 static void *hash_worker(void *arg)
 {
 	struct hash_job *job = arg;
+	_cleanup_free_ char *buf = malloc(HASH_CHUNK);
 
 	for (;;) {
 		size_t i;
@@ -110,24 +133,19 @@ static void *hash_worker(void *arg)
 		pthread_mutex_unlock(&job->lock);
 		if (i >= job->nfiles)
 			return NULL;
-		if (job->files[i].xxh128[0])
+		if (job->skip && job->skip(&job->files[i]))
 			continue;
-		r = hash_file(job->dirfd, &job->files[i], job->cancel);
-		if (r < 0) {
-			pthread_mutex_lock(&job->lock);
-			if (!job->error) {
-				job->error = -r;
-				job->failed = i;
-			}
-			pthread_mutex_unlock(&job->lock);
-		}
+		r = buf ? hash_file(job->dirfd, &job->files[i], buf, job->cancel) : -ENOMEM;
+		if (r < 0)
+			record_failure(job, i, r);
 	}
 }
 
-int hash_files(int dirfd, struct manifest_file *files, size_t nfiles, const atomic_bool *cancel,
-	       size_t *failed)
+int hash_files(int dirfd, struct manifest_file *files, size_t nfiles, hash_skip_fn skip,
+	       const atomic_bool *cancel, size_t *failed)
 {
-	struct hash_job job = {.dirfd = dirfd, .files = files, .nfiles = nfiles, .cancel = cancel};
+	struct hash_job job = {
+	    .dirfd = dirfd, .files = files, .nfiles = nfiles, .skip = skip, .cancel = cancel};
 	pthread_t threads[HASH_THREADS];
 	size_t started = 0;
 

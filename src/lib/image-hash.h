@@ -15,17 +15,27 @@
  * (the GPU state included) and CRIU only ever appends to it. */
 bool image_is_pages_file(const char *name);
 
-/* Hash what is left of fd from its offset to end of file into state;
- * *offset moves along. Stops early with -ECANCELED once *cancel is set. */
-int hash_tail(int fd, XXH3_state_t *state, uint64_t *offset, const atomic_bool *cancel);
+/* The size of the buffer hash_tail reads into. */
+#define HASH_CHUNK (4u << 20)
+
+/* Hash what is left of fd from its offset to end of file into state,
+ * reading through buf (HASH_CHUNK bytes); *offset moves along. Stops early
+ * with -ECANCELED once *cancel is set. */
+int hash_tail(int fd, XXH3_state_t *state, char *buf, uint64_t *offset, const atomic_bool *cancel);
 
 /* The hex digest of state into hex. */
 void hash_hex(XXH3_state_t *state, char hex[33]);
 
+/* Which files hash_files leaves alone. */
+typedef bool (*hash_skip_fn)(const struct manifest_file *f);
+bool hash_skip_hashed(const struct manifest_file *f);
+bool hash_skip_pages(const struct manifest_file *f);
+bool hash_skip_all_but_pages(const struct manifest_file *f);
+
 /* Hash files (names relative to dirfd) into their xxh128 and size, a few
- * at a time; files whose xxh128 is already set are left alone. On failure
- * *failed is the index of the file that failed. */
-int hash_files(int dirfd, struct manifest_file *files, size_t nfiles, const atomic_bool *cancel,
-	       size_t *failed);
+ * at a time, all but those skip names. On failure *failed is the index of
+ * the file that failed. */
+int hash_files(int dirfd, struct manifest_file *files, size_t nfiles, hash_skip_fn skip,
+	       const atomic_bool *cancel, size_t *failed);
 
 #endif

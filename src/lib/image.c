@@ -74,8 +74,8 @@ int image_checksum(const char *dir, struct manifest *m, struct image_follower *f
 		return r;
 	/* What the follower could not finish is hashed whole below. */
 	if (follower)
-		image_follow_finish(follower, m->files, m->nfiles, &failed);
-	r = hash_files(dirfd, m->files, m->nfiles, NULL, &failed);
+		image_follow_finish(follower, m->files, m->nfiles);
+	r = hash_files(dirfd, m->files, m->nfiles, hash_skip_hashed, NULL, &failed);
 	if (r < 0)
 		return stasis_error_errno(err, -r, "checksumming %s/%s: %s", dir,
 					  m->files[failed].name, strerror(-r));
@@ -85,7 +85,7 @@ int image_checksum(const char *dir, struct manifest *m, struct image_follower *f
 	return 0;
 }
 
-/* Checks the files of m whose "actual" entry is hashed against m. */
+/* Checks the files of m whose "actual" entry is hashed (so far) against m. */
 static int compare_files(const char *dir, const struct manifest *m,
 			 const struct manifest_file *actual, struct stasis_error **err)
 {
@@ -113,38 +113,17 @@ struct image_verifier {
 	size_t failed;
 };
 
-static void *verify_thread(void *arg)
+static void *verify_pages(void *arg)
 {
 	struct image_verifier *v = arg;
 
-	v->result = hash_files(v->dirfd, v->actual, v->m->nfiles, &v->cancel, &v->failed);
+	v->result = hash_files(v->dirfd, v->actual, v->m->nfiles, hash_skip_all_but_pages,
+			       &v->cancel, &v->failed);
 	return NULL;
-}
-
-static int verify_files(struct image_verifier *v, bool pages, struct stasis_error **err)
-{
-	for (size_t i = 0; i < v->m->nfiles; i++) {
-		v->actual[i].name = v->m->files[i].name;
-		v->actual[i].xxh128[0] = '\0';
-		/* Hash only the files of this round; mark the others as done. */
-		if (image_is_pages_file(v->m->files[i].name) != pages)
-			snprintf(v->actual[i].xxh128, sizeof(v->actual[i].xxh128), "-");
-	}
-	if (!pages) {
-		v->result = hash_files(v->dirfd, v->actual, v->m->nfiles, NULL, &v->failed);
-		return 0;
-	}
-	if (pthread_create(&v->thread, NULL, verify_thread, v) != 0)
-		return stasis_error_errno(err, EAGAIN, "starting the image verification");
-	v->running = true;
-	return 0;
 }
 
 static int verify_result(struct image_verifier *v, struct stasis_error **err)
 {
-	for (size_t i = 0; i < v->m->nfiles; i++)
-		if (strcmp(v->actual[i].xxh128, "-") == 0)
-			v->actual[i].xxh128[0] = '\0';
 	if (v->result < 0) {
 		stasis_error_set(err, -v->result, STASIS_DOMAIN_IMAGE, 0, "image file %s/%s: %s",
 				 v->dir, v->m->files[v->failed].name, strerror(-v->result));
@@ -167,24 +146,27 @@ int image_open_begin(const char *dir, struct manifest *m, struct image_verifier 
 	v->dir = dir;
 	v->m = m;
 	v->dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	v->actual = calloc(m->nfiles ? m->nfiles : 1, sizeof(*v->actual));
-	if (v->dirfd < 0 || !v->actual) {
-		r = stasis_error_errno(err, errno ? errno : ENOMEM, "opening %s: %s", dir,
-				       strerror(errno ? errno : ENOMEM));
-		image_verifier_free(v);
-		return r;
-	}
+	if (v->dirfd < 0)
+		r = stasis_error_errno(err, errno, "opening %s: %s", dir, strerror(errno));
+	v->actual = r == 0 ? calloc(m->nfiles ? m->nfiles : 1, sizeof(*v->actual)) : NULL;
+	if (r == 0 && !v->actual)
+		r = stasis_error_errno(err, ENOMEM, "out of memory");
+	for (size_t i = 0; r == 0 && i < m->nfiles; i++)
+		v->actual[i].name = m->files[i].name;
 	/* Everything CRIU interprets is checked before it runs; the pages
 	 * only fill memory, so they are checked while CRIU restores. */
-	r = verify_files(v, false, err);
-	if (r == 0)
+	if (r == 0) {
+		v->result =
+		    hash_files(v->dirfd, v->actual, m->nfiles, hash_skip_pages, NULL, &v->failed);
 		r = verify_result(v, err);
-	if (r == 0)
-		r = verify_files(v, true, err);
+	}
+	if (r == 0 && pthread_create(&v->thread, NULL, verify_pages, v) != 0)
+		r = stasis_error_errno(err, EAGAIN, "starting the image verification");
 	if (r < 0) {
 		image_verifier_free(v);
 		return r;
 	}
+	v->running = true;
 	*out = v;
 	return 0;
 }

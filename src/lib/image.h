@@ -20,8 +20,7 @@ struct image_follower;
 int image_follow_start(const char *dir, struct image_follower **out, struct stasis_error **err);
 /* Stops following and finishes the hashes of the files it followed among
  * files (their xxh128 and size); on failure none are set. */
-int image_follow_finish(struct image_follower *f, struct manifest_file *files, size_t nfiles,
-			size_t *failed);
+int image_follow_finish(struct image_follower *f, struct manifest_file *files, size_t nfiles);
 void image_follow_free(struct image_follower *f);
 
 /* Checksum every file under DIR/criu into m->files and add up image_bytes,
