@@ -14,7 +14,7 @@ WERROR   ?= -Werror
 CFLAGS   ?= -O2 -g
 CFLAGS   += -std=gnu11 -Wall -Wextra $(WERROR) -Wno-unused-parameter -Wno-format-truncation -pthread
 CPPFLAGS += -D_GNU_SOURCE -Isrc/lib -I$(CRIU)/include -I$(CRIU)/include/criu -isystem $(CUDA_INC)
-LDLIBS   += $(CRIU)/lib/libcriu.a -lprotobuf-c -ljson-c -lxxhash -ldl -pthread
+LDLIBS   += $(CRIU)/lib/libcriu.a -lprotobuf-c -ljson-c -lxxhash -lzstd -ldl -pthread
 
 LIB_SRC  := $(wildcard src/lib/*.c)
 CLI_SRC  := $(wildcard src/cli/*.c)

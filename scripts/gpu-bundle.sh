@@ -16,7 +16,10 @@ cp "$build/lib/stasis/criu/"*.so "$out/lib/stasis/criu/"
 cp "$build/criu/sbin/criu" "$out/criu/sbin/"
 cp "$build/criu/lib/criu/cuda_plugin.so" "$out/criu/lib/criu/"
 cp "$(command -v runc)" "$out/bin/runc"
-for bin in "$out/bin/stasis" "$out/bin/runc" "$out/criu/sbin/criu" "$out/criu/lib/criu/cuda_plugin.so"; do
+# zstd and zstat: how far the images compress (bench/run).
+cp "$(command -v zstd)" "$out/bin/zstd"
+cc -O2 -o "$out/bench/zstat" "$root/bench/zstat.c" -lzstd
+for bin in "$out/bin/stasis" "$out/bin/runc" "$out/bin/zstd" "$out/bench/zstat" "$out/criu/sbin/criu" "$out/criu/lib/criu/cuda_plugin.so"; do
 	ldd "$bin" | awk '/=> \// { print $3 }' | while read -r lib; do
 		case $(basename "$lib") in
 		libc.so.* | ld-linux*.so.* | libm.so.* | libpthread.so.* | libdl.so.* | librt.so.*) ;;

@@ -18,6 +18,7 @@ int cmd_checkpoint(int argc, char **argv)
 	    {"timeout", required_argument, NULL, 't'},
 	    {"runtime", required_argument, NULL, 'r'},
 	    {"thp", no_argument, NULL, 'H'},
+	    {"compress", no_argument, NULL, 'z'},
 	    {"print-stats", no_argument, NULL, 'P'},
 	    {"json", no_argument, NULL, 'P'},
 	    {NULL, 0, NULL, 0},
@@ -54,6 +55,9 @@ int cmd_checkpoint(int argc, char **argv)
 			break;
 		case 'H':
 			o.thp_always = true;
+			break;
+		case 'z':
+			o.compress = true;
 			break;
 		case 'P':
 			stats = true;

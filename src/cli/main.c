@@ -25,6 +25,9 @@ const struct command commands[] = {
      "      --runtime runc    checkpoint container CONTAINER instead of a PID\n"
      "      --thp             transparent huge pages 'always' while it runs (the\n"
      "                        machine's setting is put back afterwards)\n"
+     "      --compress        zstd the memory pages on the way to disk; CRIU writes\n"
+     "                        through a staging folder in memory ($STASIS_STAGE_DIR,\n"
+     "                        default /dev/shm), and restore decompresses there\n"
      "      --print-stats, --json  print phase timings as JSON on stdout\n"
      "                        (progress goes to stderr only on a terminal without it)\n"},
     {"restore", cmd_restore, "restore a process tree or container from an image",

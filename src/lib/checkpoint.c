@@ -130,9 +130,26 @@ static struct {
 	struct manifest *m;
 	struct stasis_error **err;
 	struct image_follower *follower;
+	struct image_packer *packer;
 	uint64_t dump_start;
 	int result;
 } post_dump;
+
+/* With --compress, what the compression threads have left after CRIU. */
+int checkpoint_pack_finish(struct image_packer *packer, struct manifest *m,
+			   struct stasis_error **err)
+{
+	uint64_t start = now_usec();
+	int r;
+
+	if (!packer)
+		return 0;
+	progress_begin("compressing the rest of the image");
+	r = image_pack_finish(packer, m, err);
+	manifest_add_phase(m, "compress_finish", now_usec() - start);
+	progress_end();
+	return r;
+}
 
 /* The tree is still frozen here. Only once the image is durable may CRIU
  * kill it; a non-zero answer makes CRIU resume the tree instead. */
@@ -144,6 +161,9 @@ static int on_criu_notify(const char *action)
 	progress_end();
 	post_dump.result = checkpoint_check_interrupted("sigterm-before-manifest",
 							"writing the manifest", post_dump.err);
+	if (post_dump.result == 0)
+		post_dump.result =
+		    checkpoint_pack_finish(post_dump.packer, post_dump.m, post_dump.err);
 	if (post_dump.result == 0)
 		post_dump.result = checkpoint_seal_image(post_dump.dir, post_dump.m,
 							 post_dump.follower, post_dump.err);
@@ -174,13 +194,23 @@ static int dump_tree(const struct stasis_checkpoint_options *o, struct manifest 
 	if (fault_at("criu-dump", 0))
 		return stasis_error_set(err, EIO, STASIS_DOMAIN_CRIU, 0,
 					"criu dump failed: injected fault");
-	/* Without the follower the seal hashes everything after the dump. */
 	post_dump.follower = NULL;
-	image_follow_start(o->dir, &post_dump.follower, NULL);
+	post_dump.packer = NULL;
+	if (o->compress) {
+		r = image_pack_start(o->dir, &post_dump.packer, err);
+		if (r < 0)
+			return r;
+		req.images_dir = image_pack_stage(post_dump.packer);
+		req.work_dir = images;
+	} else {
+		/* Without the follower the seal hashes everything after the dump. */
+		image_follow_start(o->dir, &post_dump.follower, NULL);
+	}
 	progress_begin("CRIU dump of %zu process%s", m->nprocs, m->nprocs == 1 ? "" : "es");
 	r = criu_run_dump(&req, err);
 	progress_end();
 	image_follow_free(post_dump.follower);
+	image_pack_free(post_dump.packer);
 	if (post_dump.result < 0) {
 		/* CRIU reports the refused notification; the cause is ours. */
 		return post_dump.result;
@@ -268,6 +298,8 @@ static int checkpoint_locked(const struct stasis_checkpoint_options *o, struct m
 	m->options.shell_job = o->shell_job;
 	m->options.tcp_established = o->tcp_established;
 	r = proc_tree_describe(o->pid, m, err);
+	if (r == 0 && o->compress)
+		r = image_pack_preflight(err);
 	if (r == 0)
 		r = checkpoint_gpu_preflight(m, batch, err);
 	manifest_add_phase(m, "preflight", now_usec() - start);
@@ -305,6 +337,11 @@ int stasis_checkpoint(const struct stasis_checkpoint_options *o, struct manifest
 	if (!batch.lock_timeout_ms)
 		batch.lock_timeout_ms = GPU_DEFAULT_LOCK_TIMEOUT_MS;
 	r = stasis_require_root(err);
+	if (r == 0 && o->runtime && o->compress) {
+		stasis_error_set(err, ENOTSUP, STASIS_DOMAIN_USAGE, 0,
+				 "--compress is not supported for containers yet");
+		r = stasis_error_hint(err, "checkpoint the container without --compress");
+	}
 	if (r == 0 && o->thp_always)
 		r = thp_always_begin(err);
 	if (r < 0)

@@ -225,18 +225,21 @@ static int notify_trampoline(char *action, criu_notify_arg_t arg)
 
 int criu_run_dump(const struct criu_dump_request *req, struct stasis_error **err)
 {
+	const char *work = req->work_dir ? req->work_dir : req->images_dir;
 	_cleanup_close_ int dirfd = open(req->images_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	_cleanup_close_ int workfd = open(work, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	criu_opts *opts = NULL;
 	int r;
 
-	if (dirfd < 0)
-		return stasis_error_errno(err, errno, "opening %s: %s", req->images_dir,
-					  strerror(errno));
+	if (dirfd < 0 || workfd < 0)
+		return stasis_error_errno(err, errno, "opening %s: %s",
+					  dirfd < 0 ? req->images_dir : work, strerror(errno));
 	r = new_opts(&opts, err);
 	if (r < 0)
 		return r;
 	criu_local_set_pid(opts, req->pid);
 	criu_local_set_images_dir_fd(opts, dirfd);
+	criu_local_set_work_dir_fd(opts, workfd);
 	criu_local_set_log_file(opts, req->log_file);
 	criu_local_set_log_level(opts, CRIU_LOG_LEVEL);
 	criu_local_set_leave_running(opts, req->leave_running);
@@ -252,7 +255,7 @@ int criu_run_dump(const struct criu_dump_request *req, struct stasis_error **err
 	current_notify = NULL;
 	criu_local_free_opts(opts);
 	if (r < 0)
-		return criu_failure(err, "dump", r, req->images_dir, req->log_file);
+		return criu_failure(err, "dump", r, work, req->log_file);
 	return 0;
 }
 

@@ -19,7 +19,8 @@ typedef int (*criu_notify_fn)(const char *action);
 struct criu_dump_request {
 	pid_t pid;
 	const char *images_dir;
-	const char *log_file; /* written into images_dir */
+	const char *work_dir; /* where the log goes; NULL: images_dir */
+	const char *log_file;
 	bool leave_running;
 	bool shell_job;
 	bool tcp_established;

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "image.h"
 #include "util.h"
 
 #define HASH_THREADS 4
@@ -14,14 +15,25 @@
  * disk keeps more than one request in flight. */
 #define READ_AHEAD (64u << 20)
 
-bool image_is_pages_file(const char *name)
+static bool pages_named(const char *name, const char *suffix)
 {
 	const char *base = strrchr(name, '/');
-	size_t len;
+	size_t len, slen = strlen(suffix);
 
 	base = base ? base + 1 : name;
 	len = strlen(base);
-	return strncmp(base, "pages-", 6) == 0 && len > 10 && strcmp(base + len - 4, ".img") == 0;
+	return strncmp(base, "pages-", 6) == 0 && len > 6 + slen &&
+	       strcmp(base + len - slen, suffix) == 0;
+}
+
+bool image_is_pages_file(const char *name)
+{
+	return pages_named(name, ".img") || image_is_packed_file(name);
+}
+
+bool image_is_packed_file(const char *name)
+{
+	return pages_named(name, ".img" IMAGE_PACKED_SUFFIX);
 }
 
 int hash_tail(int fd, XXH3_state_t *state, char *buf, uint64_t *offset, const atomic_bool *cancel)

@@ -12,8 +12,11 @@
 #include "manifest.h"
 
 /* CRIU writes one pages image per process; it holds nearly all the bytes
- * (the GPU state included) and CRIU only ever appends to it. */
+ * (the GPU state included) and CRIU only ever appends to it. Compressed or
+ * not. */
 bool image_is_pages_file(const char *name);
+/* A pages image compressed by image-pack.c (NAME.img.zst). */
+bool image_is_packed_file(const char *name);
 
 /* The size of the buffer hash_tail reads into. */
 #define HASH_CHUNK (4u << 20)

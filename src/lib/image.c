@@ -4,12 +4,18 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <linux/magic.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 
 #include "image-hash.h"
+#include "image-pack.h"
+#include "image-unpack.h"
+#include "preflight.h"
 #include "progress.h"
 #include "util.h"
 
@@ -32,6 +38,14 @@ int image_prepare(const char *dir, struct stasis_error **err)
 	return 0;
 }
 
+static bool listed(const struct manifest *m, const char *name)
+{
+	for (size_t i = 0; i < m->nfiles; i++)
+		if (strcmp(m->files[i].name + strlen(IMAGE_CRIU_SUBDIR) + 1, name) == 0)
+			return true;
+	return false;
+}
+
 static int list_files(const char *dir, struct manifest *m, struct stasis_error **err)
 {
 	char sub[4096];
@@ -48,7 +62,7 @@ static int list_files(const char *dir, struct manifest *m, struct stasis_error *
 		if (de->d_type != DT_REG)
 			continue;
 		/* CRIU's own log is not part of the image. */
-		if (strstr(de->d_name, ".log"))
+		if (strstr(de->d_name, ".log") || listed(m, de->d_name))
 			continue;
 		f = manifest_add_file(m);
 		if (!f || asprintf(&f->name, "%s/%s", IMAGE_CRIU_SUBDIR, de->d_name) < 0) {
@@ -105,6 +119,9 @@ struct image_verifier {
 	const char *dir;
 	const struct manifest *m;
 	int dirfd;
+	int stagefd;		 /* a compressed image's staging folder, else -1 */
+	char stage[PATH_MAX];	 /* its path, or "" */
+	char criu_dir[PATH_MAX]; /* what CRIU restores from */
 	struct manifest_file *actual;
 	pthread_t thread;
 	bool running;
@@ -117,9 +134,80 @@ static void *verify_pages(void *arg)
 {
 	struct image_verifier *v = arg;
 
-	v->result = hash_files(v->dirfd, v->actual, v->m->nfiles, hash_skip_all_but_pages,
-			       &v->cancel, &v->failed);
+	if (v->stagefd >= 0)
+		v->result =
+		    image_unpack(v->dirfd, v->m, v->actual, v->stagefd, &v->cancel, &v->failed);
+	else
+		v->result = hash_files(v->dirfd, v->actual, v->m->nfiles, hash_skip_all_but_pages,
+				       &v->cancel, &v->failed);
 	return NULL;
+}
+
+static uint64_t unpacked_bytes(const struct manifest *m)
+{
+	uint64_t sum = 0;
+
+	for (size_t i = 0; i < m->nfiles; i++)
+		sum += m->files[i].unpacked_size;
+	return sum;
+}
+
+/* The decompressed pages must fit the staging folder, and when that is
+ * memory, the memory too. */
+static int check_stage_room(const struct manifest *m, struct stasis_error **err)
+{
+	const char *root = image_stage_root();
+	uint64_t need = unpacked_bytes(m), room;
+	struct statfs sfs;
+	char a[32], b[32];
+
+	if (statfs(root, &sfs) < 0)
+		return stasis_error_errno(err, errno, "staging folder %s: %s", root,
+					  strerror(errno));
+	room = (uint64_t)sfs.f_bavail * (uint64_t)sfs.f_bsize;
+	if (sfs.f_type == TMPFS_MAGIC && preflight_mem_available() < room)
+		room = preflight_mem_available();
+	if (need <= room)
+		return 0;
+	stasis_error_set(
+	    err, ENOSPC, STASIS_DOMAIN_USAGE, 0,
+	    "the compressed image unpacks to %s, the staging folder %s has room for %s",
+	    format_bytes(need, a, sizeof(a)), root, format_bytes(room, b, sizeof(b)));
+	return stasis_error_hint(err, "free memory, or set STASIS_STAGE_DIR to a roomier folder");
+}
+
+/* A staging folder where the pages are decompressed, with links to the
+ * other files of the image. */
+static int make_stage(struct image_verifier *v, struct stasis_error **err)
+{
+	char abs[PATH_MAX];
+	int r = check_stage_room(v->m, err);
+
+	if (r < 0)
+		return r;
+	snprintf(v->stage, sizeof(v->stage), "%s/stasis-restore-XXXXXX", image_stage_root());
+	if (!mkdtemp(v->stage)) {
+		r = -errno;
+		v->stage[0] = '\0';
+	}
+	if (r == 0 && ((v->stagefd = open(v->stage, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0 ||
+		       !realpath(v->dir, abs)))
+		r = -errno;
+	for (size_t i = 0; r == 0 && i < v->m->nfiles; i++) {
+		const char *name = v->m->files[i].name;
+		char target[PATH_MAX + NAME_MAX];
+
+		if (image_is_packed_file(name))
+			continue;
+		snprintf(target, sizeof(target), "%s/%s", abs, name);
+		if (symlinkat(target, v->stagefd, strrchr(name, '/') + 1) < 0)
+			r = -errno;
+	}
+	if (r < 0)
+		return stasis_error_errno(err, -r, "preparing a staging folder in %s: %s",
+					  image_stage_root(), strerror(-r));
+	snprintf(v->criu_dir, sizeof(v->criu_dir), "%s", v->stage);
+	return 0;
 }
 
 static int verify_result(struct image_verifier *v, struct stasis_error **err)
@@ -145,6 +233,8 @@ int image_open_begin(const char *dir, struct manifest *m, struct image_verifier 
 		return stasis_error_errno(err, ENOMEM, "out of memory");
 	v->dir = dir;
 	v->m = m;
+	v->stagefd = -1;
+	snprintf(v->criu_dir, sizeof(v->criu_dir), "%s/%s", dir, IMAGE_CRIU_SUBDIR);
 	v->dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (v->dirfd < 0)
 		r = stasis_error_errno(err, errno, "opening %s: %s", dir, strerror(errno));
@@ -160,6 +250,8 @@ int image_open_begin(const char *dir, struct manifest *m, struct image_verifier 
 		    hash_files(v->dirfd, v->actual, m->nfiles, hash_skip_pages, NULL, &v->failed);
 		r = verify_result(v, err);
 	}
+	if (r == 0 && m->options.compress)
+		r = make_stage(v, err);
 	if (r == 0 && pthread_create(&v->thread, NULL, verify_pages, v) != 0)
 		r = stasis_error_errno(err, EAGAIN, "starting the image verification");
 	if (r < 0) {
@@ -190,8 +282,17 @@ void image_verifier_free(struct image_verifier *v)
 	}
 	if (v->dirfd >= 0)
 		close(v->dirfd);
+	if (v->stagefd >= 0)
+		close(v->stagefd);
+	if (v->stage[0])
+		remove_flat_dir(v->stage);
 	free(v->actual);
 	free(v);
+}
+
+const char *image_verifier_criu_dir(const struct image_verifier *v)
+{
+	return v->criu_dir;
 }
 
 int image_open(const char *dir, struct manifest *m, struct stasis_error **err)

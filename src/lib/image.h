@@ -8,6 +8,8 @@
 #include "manifest.h"
 
 #define IMAGE_CRIU_SUBDIR "criu"
+/* Added to the name of a compressed pages image. */
+#define IMAGE_PACKED_SUFFIX ".zst"
 
 /* DIR must not exist or be empty; creates DIR and DIR/criu. */
 int image_prepare(const char *dir, struct stasis_error **err);
@@ -23,19 +25,40 @@ int image_follow_start(const char *dir, struct image_follower **out, struct stas
 int image_follow_finish(struct image_follower *f, struct manifest_file *files, size_t nfiles);
 void image_follow_free(struct image_follower *f);
 
+/* Compression (--compress, image-pack.c): CRIU writes the image into a
+ * staging folder in memory, and a pool of threads compresses each pages
+ * image while it grows into DIR/criu/NAME.img.zst, freeing the staged bytes
+ * it took; the finish moves the other files over. */
+struct image_packer;
+/* Refuses before anything changes when there is no staging folder. */
+int image_pack_preflight(struct stasis_error **err);
+int image_pack_start(const char *dir, struct image_packer **out, struct stasis_error **err);
+/* Where CRIU writes meanwhile. */
+const char *image_pack_stage(const struct image_packer *p);
+/* CRIU is done: compress the rest, copy the other files to DIR/criu, and
+ * add the compressed files to m with their checksums. */
+int image_pack_finish(struct image_packer *p, struct manifest *m, struct stasis_error **err);
+/* Stops the threads and removes the staging folder. */
+void image_pack_free(struct image_packer *p);
+
 /* Checksum every file under DIR/criu into m->files and add up image_bytes,
- * using what follower (may be NULL) has hashed already. */
+ * using what follower (may be NULL) has hashed already; files m lists
+ * already keep their checksums. */
 int image_checksum(const char *dir, struct manifest *m, struct image_follower *follower,
 		   struct stasis_error **err);
 
 /* Read the manifest, verify every file but the pages images, and start
  * verifying those in the background: a restore runs CRIU meanwhile and
- * waits for the answer before the tree runs. */
+ * waits for the answer before the tree runs. A compressed image is
+ * decompressed into a staging folder instead, and verified on the way:
+ * CRIU must wait for that. */
 struct image_verifier;
 int image_open_begin(const char *dir, struct manifest *m, struct image_verifier **out,
 		     struct stasis_error **err);
 int image_verify_wait(struct image_verifier *v, struct stasis_error **err);
-/* Cancels a verification still running. */
+/* The folder CRIU restores from: DIR/criu, or the staging folder. */
+const char *image_verifier_criu_dir(const struct image_verifier *v);
+/* Cancels a verification still running; removes the staging folder. */
 void image_verifier_free(struct image_verifier *v);
 
 /* Read the manifest and verify every file it lists. */

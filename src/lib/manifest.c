@@ -222,6 +222,7 @@ char *manifest_to_json(const struct manifest *m, bool pretty)
 	json_object_object_add(opts, "shell_job", json_object_new_boolean(m->options.shell_job));
 	json_object_object_add(opts, "tcp_established",
 			       json_object_new_boolean(m->options.tcp_established));
+	json_object_object_add(opts, "compress", json_object_new_boolean(m->options.compress));
 	json_object_object_add(root, "options", opts);
 	if (m->container.runtime)
 		json_object_object_add(root, "container", container_to_json(&m->container));
@@ -242,6 +243,8 @@ char *manifest_to_json(const struct manifest *m, bool pretty)
 		add_str(f, "name", m->files[i].name);
 		add_u64(f, "size", m->files[i].size);
 		add_str(f, "xxh128", m->files[i].xxh128);
+		if (m->files[i].unpacked_size)
+			add_u64(f, "unpacked_size", m->files[i].unpacked_size);
 		json_object_array_add(files, f);
 	}
 	json_object_object_add(root, "files", files);
@@ -414,6 +417,7 @@ static int decode_files(json_object *root, struct manifest *m, struct stasis_err
 		snprintf(f->xxh128, sizeof(f->xxh128), "%s", json_object_get_string(hash));
 		if (!get_u64(o, "size", &f->size))
 			return corrupt(err, "a file entry without a size");
+		get_u64(o, "unpacked_size", &f->unpacked_size);
 	}
 	return 0;
 }
@@ -450,6 +454,7 @@ static int decode(json_object *root, struct manifest *m, struct stasis_error **e
 		m->options.leave_running = get_bool(opts, "leave_running");
 		m->options.shell_job = get_bool(opts, "shell_job");
 		m->options.tcp_established = get_bool(opts, "tcp_established");
+		m->options.compress = get_bool(opts, "compress");
 	}
 	r = decode_gpus(root, m, err);
 	if (r < 0)

@@ -54,13 +54,15 @@ struct manifest_phase {
 struct manifest_file {
 	char *name; /* relative to the image directory */
 	uint64_t size;
-	char xxh128[33]; /* hex */
+	char xxh128[33];	/* hex */
+	uint64_t unpacked_size; /* of a compressed file once decompressed; else 0 */
 };
 
 struct manifest_options {
 	bool leave_running;
 	bool shell_job;
 	bool tcp_established;
+	bool compress; /* pages images compressed (image-pack.c) */
 };
 
 struct manifest {

@@ -28,7 +28,7 @@ int preflight_host_memory_fits(uint64_t need, uint64_t available, const char *wh
 	return stasis_error_hint(err, "free host memory or raise the memory limit, then retry");
 }
 
-static uint64_t mem_available(void)
+uint64_t preflight_mem_available(void)
 {
 	_cleanup_free_ char *info = read_file_str("/proc/meminfo", NULL);
 	const char *line = info ? strstr(info, "MemAvailable:") : NULL;
@@ -104,7 +104,9 @@ static int check_host_memory(const struct manifest *m, struct stasis_error **err
 				return stasis_error_wrap(err, "PID %d", (int)m->procs[i].pid);
 		}
 	}
-	return total ? preflight_host_memory_fits(total, mem_available(), "the machine", err) : 0;
+	return total ? preflight_host_memory_fits(total, preflight_mem_available(), "the machine",
+						  err)
+		     : 0;
 }
 
 static pid_t find_mps_daemon(void)

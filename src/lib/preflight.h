@@ -22,4 +22,7 @@ int preflight_gpu_checkpoint(const struct manifest *m, struct stasis_error **err
 int preflight_host_memory_fits(uint64_t need, uint64_t available, const char *where,
 			       struct stasis_error **err);
 
+/* MemAvailable of /proc/meminfo in bytes; UINT64_MAX when unknown. */
+uint64_t preflight_mem_available(void);
+
 #endif

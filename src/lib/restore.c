@@ -158,7 +158,7 @@ static int restore_locked(const struct stasis_restore_options *o, struct manifes
 	uint64_t start;
 	int r;
 
-	snprintf(images, sizeof(images), "%s/%s", o->dir, IMAGE_CRIU_SUBDIR);
+	snprintf(images, sizeof(images), "%s", image_verifier_criu_dir(verifier));
 	r = wait_pids_free(m, err);
 	if (r < 0)
 		return r;
@@ -211,6 +211,9 @@ static int restore_container(const struct stasis_restore_options *o, struct mani
 				 m->container.id);
 		return stasis_error_hint(err, "restore it with --runtime %s", m->container.runtime);
 	}
+	if (m->options.compress)
+		return stasis_error_set(err, ENOTSUP, STASIS_DOMAIN_USAGE, 0,
+					"a compressed container image cannot be restored");
 	return container_restore(o, m, root_out, err);
 }
 
@@ -239,19 +242,23 @@ static int restore_either(const struct stasis_restore_options *o, struct manifes
 			  struct image_verifier *verifier, pid_t *root_out,
 			  struct stasis_error **err)
 {
+	bool container = m->container.runtime || o->runtime;
 	uint64_t start = now_usec();
-	int r;
+	int r = 0;
 
-	if (m->container.runtime || o->runtime) {
-		/* runc gives no notification before the container runs. */
-		progress_begin("verifying the image's checksums");
+	/* runc gives no notification before the container runs, and CRIU
+	 * needs a compressed image's pages decompressed first. */
+	if (container || m->options.compress) {
+		progress_begin(m->options.compress ? "decompressing the image"
+						   : "verifying the image's checksums");
 		r = image_verify_wait(verifier, err);
 		progress_end();
-		image_verifier_free(verifier);
-		manifest_add_phase(m, "verify_wait", now_usec() - start);
-		return r < 0 ? r : restore_container(o, m, root_out, err);
+		manifest_add_phase(m, m->options.compress ? "decompress" : "verify_wait",
+				   now_usec() - start);
 	}
-	r = restore_tree(o, m, verifier, root_out, err);
+	if (r == 0)
+		r = container ? restore_container(o, m, root_out, err)
+			      : restore_tree(o, m, verifier, root_out, err);
 	image_verifier_free(verifier);
 	return r;
 }

@@ -22,6 +22,7 @@ struct stasis_checkpoint_options {
 	bool tcp_established;
 	unsigned int lock_timeout_ms;
 	bool thp_always; /* transparent huge pages "always" meanwhile (thp.h) */
+	bool compress;	 /* zstd the pages images (image-pack.c) */
 };
 
 /* Checkpoint the tree rooted at pid, or the container, into dir; m

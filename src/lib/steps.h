@@ -22,6 +22,11 @@ int checkpoint_gpu_preflight(struct manifest *m, struct gpu_batch *batch,
  * what the driver left behind can be saved. The caller rolls back. */
 int checkpoint_suspend_gpus(struct gpu_batch *batch, struct manifest *m, struct stasis_error **err);
 
+/* With --compress (packer not NULL): compress what is left once CRIU is
+ * done and copy the other files over; records "compress_finish". */
+int checkpoint_pack_finish(struct image_packer *packer, struct manifest *m,
+			   struct stasis_error **err);
+
 /* Checksum every image file into m (with what follower, which may be NULL,
  * hashed during the dump), then write the manifest: the image is complete
  * from here on. Records the "checksum" phase. */

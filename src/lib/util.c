@@ -141,6 +141,73 @@ int dir_is_empty(const char *path)
 	return r;
 }
 
+int remove_flat_dir(const char *path)
+{
+	DIR *d = opendir(path);
+	struct dirent *de;
+	int r = 0;
+
+	if (!d)
+		return -errno;
+	while ((de = readdir(d)))
+		if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..") &&
+		    unlinkat(dirfd(d), de->d_name, 0) < 0 && r == 0)
+			r = -errno;
+	closedir(d);
+	if (rmdir(path) < 0 && r == 0)
+		r = -errno;
+	return r;
+}
+
+/* The bytes of in from *done on into out, through a buffer: for copies
+ * between file systems that copy_file_range refuses. */
+static int copy_by_reading(int in, int out, off_t *done, off_t size)
+{
+	char buf[1 << 16];
+	int r;
+
+	while (*done < size) {
+		ssize_t n = pread(in, buf, sizeof(buf), *done);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return n < 0 ? -errno : -EIO;
+		r = write_all(out, buf, (size_t)n);
+		if (r < 0)
+			return r;
+		*done += n;
+	}
+	return 0;
+}
+
+int copy_file_at(int from_dirfd, const char *name, int to_dirfd)
+{
+	_cleanup_close_ int in = openat(from_dirfd, name, O_RDONLY | O_CLOEXEC);
+	_cleanup_close_ int out = -1;
+	struct stat st;
+	off_t done = 0;
+
+	if (in < 0 || fstat(in, &st) < 0)
+		return -errno;
+	out = openat(to_dirfd, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, st.st_mode & 0777);
+	if (out < 0)
+		return -errno;
+	while (done < st.st_size) {
+		ssize_t n = copy_file_range(in, &done, out, NULL, (size_t)(st.st_size - done), 0);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && (errno == EXDEV || errno == EOPNOTSUPP || errno == EINVAL))
+			return copy_by_reading(in, out, &done, st.st_size);
+		if (n < 0)
+			return -errno;
+		if (n == 0)
+			return -EIO; /* the file shrank */
+	}
+	return 0;
+}
+
 char *strip_trailing(char *s)
 {
 	size_t n = strlen(s);

@@ -68,6 +68,12 @@ int mkdir_p(const char *path);
 /* 0 if the directory holds nothing, 1 if it holds something, -errno. */
 int dir_is_empty(const char *path);
 
+/* Remove a folder that holds only files; -errno of the first failure. */
+int remove_flat_dir(const char *path);
+
+/* Copy the regular file name from one folder into another (new there). */
+int copy_file_at(int from_dirfd, const char *name, int to_dirfd);
+
 /* Strip trailing whitespace in place and return s. */
 char *strip_trailing(char *s);
 

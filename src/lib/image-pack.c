@@ -1,0 +1,564 @@
+/* SPDX-License-Identifier: MIT */
+/* Compressing the image while CRIU writes it. CRIU dumps into a staging
+ * folder in memory; a pool of threads takes each pages image there in
+ * PACK_FRAME steps as it grows, compresses the steps side by side, writes
+ * them in order to DIR/criu/NAME.img.zst and frees the staged bytes it
+ * took. A thread of its own starts the writeback of what was written, as
+ * the image follower does. At the end the other (small) files are copied
+ * over. So the disk sees only the compressed bytes, once. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <xxhash.h>
+#include <zstd.h>
+
+#include "image-hash.h"
+#include "image-pack.h"
+#include "image.h"
+#include "util.h"
+
+#define PACK_IDLE_US 2000
+/* The share of a frame tried both ways to choose between them. */
+#define PACK_SAMPLE (64u << 10)
+#define FLUSH_STEP (64ull << 20)
+#define FLUSH_IDLE_US 20000
+
+void pack_shuffle(const unsigned char *in, unsigned char *out, size_t len)
+{
+	size_t words = len / PACK_SHUFFLE_WIDTH, tail = words * PACK_SHUFFLE_WIDTH;
+
+	for (size_t i = 0; i < words; i++)
+		for (size_t b = 0; b < PACK_SHUFFLE_WIDTH; b++)
+			out[b * words + i] = in[i * PACK_SHUFFLE_WIDTH + b];
+	memcpy(out + tail, in + tail, len - tail);
+}
+
+void pack_unshuffle(const unsigned char *in, unsigned char *out, size_t len)
+{
+	size_t words = len / PACK_SHUFFLE_WIDTH, tail = words * PACK_SHUFFLE_WIDTH;
+
+	for (size_t i = 0; i < words; i++)
+		for (size_t b = 0; b < PACK_SHUFFLE_WIDTH; b++)
+			out[i * PACK_SHUFFLE_WIDTH + b] = in[b * words + i];
+	memcpy(out + tail, in + tail, len - tail);
+}
+
+unsigned int pack_threads(void)
+{
+	long n = sysconf(_SC_NPROCESSORS_ONLN);
+
+	return n < 1 ? 1 : n > PACK_MAX_THREADS ? PACK_MAX_THREADS : (unsigned int)n;
+}
+
+const char *image_stage_root(void)
+{
+	const char *root = getenv("STASIS_STAGE_DIR");
+
+	return root && *root ? root : "/dev/shm";
+}
+
+/* The staging folder holds what CRIU wrote and the threads have not yet
+ * compressed: a few frames when they keep up. */
+#define PACK_STAGE_MIN (1ull << 30)
+
+int image_pack_preflight(struct stasis_error **err)
+{
+	const char *root = image_stage_root();
+	struct statvfs sv;
+	char a[32];
+
+	if (access(root, W_OK) < 0 || statvfs(root, &sv) < 0) {
+		stasis_error_set(err, errno, STASIS_DOMAIN_USAGE, 0,
+				 "no staging folder for --compress: %s: %s", root, strerror(errno));
+		return stasis_error_hint(err, "set STASIS_STAGE_DIR to a writable tmpfs folder");
+	}
+	if ((uint64_t)sv.f_bavail * sv.f_frsize >= PACK_STAGE_MIN)
+		return 0;
+	stasis_error_set(err, ENOSPC, STASIS_DOMAIN_USAGE, 0,
+			 "the staging folder %s for --compress has %s free, less than 1 GiB", root,
+			 format_bytes((uint64_t)sv.f_bavail * sv.f_frsize, a, sizeof(a)));
+	return stasis_error_hint(err, "set STASIS_STAGE_DIR to a roomier tmpfs folder");
+}
+
+struct packed_file {
+	char *name; /* in the staging folder; the output adds IMAGE_PACKED_SUFFIX */
+	int in, out;
+	XXH3_state_t *state; /* of the output, fed in order */
+	uint64_t taken;	     /* staged bytes handed to a worker */
+	uint64_t next_frame, turn;
+	uint64_t written; /* output bytes, in order */
+	uint64_t flushed; /* the flusher's */
+	bool final;	  /* CRIU closed it: final_size is all there is */
+	uint64_t final_size;
+};
+
+struct image_packer {
+	char stage[PATH_MAX];
+	int stagefd, outfd; /* the staging folder, DIR/criu */
+	DIR *stage_dir;
+	pthread_mutex_t lock;
+	pthread_cond_t turn;
+	struct packed_file *files; /* grows: workers keep indexes */
+	size_t nfiles;
+	pthread_t workers[PACK_MAX_THREADS], flusher;
+	unsigned int nworkers;
+	bool flushing, finishing;
+	atomic_bool stop;
+	int error; /* the first, as -errno */
+};
+
+struct pack_job {
+	size_t file;
+	uint64_t frame, offset;
+	size_t len;
+};
+
+/* One worker's buffers. */
+struct pack_buffers {
+	unsigned char *raw, *shuffled, *out;
+	size_t cap;
+	ZSTD_CCtx *cctx;
+};
+
+static bool known(const struct image_packer *p, const char *name)
+{
+	for (size_t i = 0; i < p->nfiles; i++)
+		if (strcmp(p->files[i].name, name) == 0)
+			return true;
+	return false;
+}
+
+static int add_file(struct image_packer *p, const char *name)
+{
+	struct packed_file pf = {.in = -1, .out = -1}, *grown;
+	char out[NAME_MAX + 1];
+
+	snprintf(out, sizeof(out), "%s%s", name, IMAGE_PACKED_SUFFIX);
+	pf.name = strdup(name);
+	pf.state = XXH3_createState();
+	if (!pf.name || !pf.state)
+		goto nomem;
+	pf.in = openat(p->stagefd, name, O_RDWR | O_CLOEXEC);
+	if (pf.in < 0)
+		goto fail;
+	pf.out = openat(p->outfd, out, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	if (pf.out < 0)
+		goto fail;
+	XXH3_128bits_reset(pf.state);
+	grown = realloc(p->files, (p->nfiles + 1) * sizeof(*grown));
+	if (!grown)
+		goto nomem;
+	p->files = grown;
+	p->files[p->nfiles++] = pf;
+	return 0;
+nomem:
+	errno = ENOMEM;
+fail : {
+	int e = errno;
+
+	if (pf.in >= 0)
+		close(pf.in);
+	if (pf.out >= 0)
+		close(pf.out);
+	XXH3_freeState(pf.state);
+	free(pf.name);
+	return -e;
+}
+}
+
+/* New pages images in the staging folder; under the lock. */
+static int scan(struct image_packer *p)
+{
+	struct dirent *de;
+
+	rewinddir(p->stage_dir);
+	while ((de = readdir(p->stage_dir))) {
+		int r;
+
+		if (!image_is_pages_file(de->d_name) || known(p, de->d_name))
+			continue;
+		r = add_file(p, de->d_name);
+		if (r < 0 && r != -ENOENT)
+			return r;
+	}
+	return 0;
+}
+
+/* The next whole frame CRIU has written, or the last piece of a file it
+ * closed; under the lock. */
+static bool take_job(struct image_packer *p, struct pack_job *job)
+{
+	for (size_t i = 0; i < p->nfiles; i++) {
+		struct packed_file *f = &p->files[i];
+		uint64_t have = f->final_size;
+		struct stat st;
+
+		if (!f->final) {
+			if (fstat(f->in, &st) < 0)
+				continue;
+			have = (uint64_t)st.st_size;
+		}
+		if (have < f->taken + PACK_FRAME && !(f->final && have > f->taken))
+			continue;
+		*job = (struct pack_job){.file = i, .frame = f->next_frame++, .offset = f->taken};
+		job->len = have - f->taken < PACK_FRAME ? (size_t)(have - f->taken) : PACK_FRAME;
+		f->taken += job->len;
+		return true;
+	}
+	return false;
+}
+
+/* Compress one frame into b->out: shuffled when a sample says that pays. */
+static ssize_t compress_frame(struct pack_buffers *b, size_t len)
+{
+	size_t sample = len < PACK_SAMPLE ? len : PACK_SAMPLE, plain, shuffled, n;
+	const unsigned char *src = b->raw;
+	size_t mark = 0;
+
+	plain = ZSTD_compressCCtx(b->cctx, b->out, b->cap, b->raw, sample, PACK_LEVEL);
+	pack_shuffle(b->raw, b->shuffled, sample);
+	shuffled = ZSTD_compressCCtx(b->cctx, b->out, b->cap, b->shuffled, sample, PACK_LEVEL);
+	if (ZSTD_isError(plain) || ZSTD_isError(shuffled))
+		return -EIO;
+	if (shuffled + sample / 32 < plain) {
+		static const unsigned char mark_frame[PACK_MARK_LEN] = {
+		    PACK_SKIPPABLE_MAGIC & 0xff,
+		    (PACK_SKIPPABLE_MAGIC >> 8) & 0xff,
+		    (PACK_SKIPPABLE_MAGIC >> 16) & 0xff,
+		    PACK_SKIPPABLE_MAGIC >> 24,
+		    4,
+		    0,
+		    0,
+		    0,
+		    PACK_SHUFFLE_WIDTH,
+		    0,
+		    0,
+		    0};
+
+		pack_shuffle(b->raw, b->shuffled, len);
+		src = b->shuffled;
+		memcpy(b->out, mark_frame, PACK_MARK_LEN);
+		mark = PACK_MARK_LEN;
+	}
+	n = ZSTD_compressCCtx(b->cctx, b->out + mark, b->cap - mark, src, len, PACK_LEVEL);
+	return ZSTD_isError(n) ? -EIO : (ssize_t)(mark + n);
+}
+
+/* Read the frame, free it from the staging folder, compress it. */
+static ssize_t pack_job(struct image_packer *p, const struct pack_job *job, struct pack_buffers *b)
+{
+	int in;
+	ssize_t n;
+
+	pthread_mutex_lock(&p->lock);
+	in = p->files[job->file].in;
+	pthread_mutex_unlock(&p->lock);
+	for (size_t got = 0; got < job->len; got += (size_t)n) {
+		n = pread(in, b->raw + got, job->len - got, (off_t)(job->offset + got));
+		if (n < 0 && errno == EINTR) {
+			n = 0;
+			continue;
+		}
+		if (n <= 0)
+			return n < 0 ? -errno : -EIO;
+	}
+	/* CRIU never reads back what it wrote: the memory can go now. */
+	fallocate(in, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)job->offset,
+		  (off_t)job->len);
+	return compress_frame(b, job->len);
+}
+
+/* Append the compressed frame in its turn; called with the lock held. */
+static int commit(struct image_packer *p, const struct pack_job *job, const unsigned char *out,
+		  ssize_t len)
+{
+	struct packed_file *f;
+	int r = 0, fd;
+	uint64_t at;
+
+	while (p->files[job->file].turn != job->frame && !p->error)
+		pthread_cond_wait(&p->turn, &p->lock);
+	if (p->error)
+		return p->error;
+	if (len < 0)
+		return (int)len;
+	f = &p->files[job->file];
+	fd = f->out;
+	at = f->written;
+	/* Only the holder of the turn touches the output and its hash. */
+	pthread_mutex_unlock(&p->lock);
+	for (ssize_t done = 0; done < len && r == 0;) {
+		ssize_t n = pwrite(fd, out + done, (size_t)(len - done), (off_t)(at + done));
+
+		if (n < 0 && errno != EINTR)
+			r = -errno;
+		done += n > 0 ? n : 0;
+	}
+	pthread_mutex_lock(&p->lock);
+	f = &p->files[job->file];
+	if (r == 0) {
+		XXH3_128bits_update(f->state, out, (size_t)len);
+		f->written += (uint64_t)len;
+		f->turn++;
+	}
+	return r;
+}
+
+static void buffers_free(struct pack_buffers *b)
+{
+	free(b->raw);
+	free(b->shuffled);
+	free(b->out);
+	ZSTD_freeCCtx(b->cctx);
+}
+
+static int buffers_alloc(struct pack_buffers *b)
+{
+	b->cap = ZSTD_compressBound(PACK_FRAME) + PACK_MARK_LEN;
+	b->raw = malloc(PACK_FRAME);
+	b->shuffled = malloc(PACK_FRAME);
+	b->out = malloc(b->cap);
+	b->cctx = ZSTD_createCCtx();
+	return b->raw && b->shuffled && b->out && b->cctx ? 0 : -ENOMEM;
+}
+
+static void fail(struct image_packer *p, int r)
+{
+	if (!p->error)
+		p->error = r;
+	pthread_cond_broadcast(&p->turn);
+}
+
+static void *pack_worker(void *arg)
+{
+	struct image_packer *p = arg;
+	struct pack_buffers b = {0};
+	int r = buffers_alloc(&b);
+
+	pthread_mutex_lock(&p->lock);
+	if (r < 0)
+		fail(p, r);
+	while (!p->error) {
+		struct pack_job job;
+
+		if (take_job(p, &job)) {
+			ssize_t len;
+
+			pthread_mutex_unlock(&p->lock);
+			len = pack_job(p, &job, &b);
+			pthread_mutex_lock(&p->lock);
+			r = commit(p, &job, b.out, len);
+			if (r < 0)
+				fail(p, r);
+			pthread_cond_broadcast(&p->turn);
+			continue;
+		}
+		if (p->finishing)
+			break;
+		r = scan(p);
+		if (r < 0)
+			fail(p, r);
+		pthread_mutex_unlock(&p->lock);
+		usleep(PACK_IDLE_US);
+		pthread_mutex_lock(&p->lock);
+	}
+	pthread_mutex_unlock(&p->lock);
+	buffers_free(&b);
+	return NULL;
+}
+
+/* Start the writeback of what was written; syncfs waits for it later. */
+static void *flush_thread(void *arg)
+{
+	struct image_packer *p = arg;
+
+	while (!atomic_load(&p->stop)) {
+		pthread_mutex_lock(&p->lock);
+		for (size_t i = 0; i < p->nfiles; i++) {
+			struct packed_file *f = &p->files[i];
+			uint64_t from = f->flushed, to = f->written;
+			int fd = f->out;
+
+			if (to < from + FLUSH_STEP)
+				continue;
+			f->flushed = to;
+			pthread_mutex_unlock(&p->lock);
+			sync_file_range(fd, (off_t)from, (off_t)(to - from), SYNC_FILE_RANGE_WRITE);
+			pthread_mutex_lock(&p->lock);
+		}
+		pthread_mutex_unlock(&p->lock);
+		usleep(FLUSH_IDLE_US);
+	}
+	return NULL;
+}
+
+static int make_stage(struct image_packer *p, const char *dir)
+{
+	char out[PATH_MAX];
+
+	snprintf(p->stage, sizeof(p->stage), "%s/stasis-dump-XXXXXX", image_stage_root());
+	if (!mkdtemp(p->stage)) {
+		p->stage[0] = '\0';
+		return -errno;
+	}
+	snprintf(out, sizeof(out), "%s/%s", dir, IMAGE_CRIU_SUBDIR);
+	p->stagefd = open(p->stage, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	p->outfd = open(out, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	p->stage_dir = opendir(p->stage);
+	return p->stagefd < 0 || p->outfd < 0 || !p->stage_dir ? -errno : 0;
+}
+
+int image_pack_start(const char *dir, struct image_packer **out, struct stasis_error **err)
+{
+	struct image_packer *p = calloc(1, sizeof(*p));
+	int r;
+
+	if (!p)
+		return stasis_error_errno(err, ENOMEM, "out of memory");
+	p->stagefd = p->outfd = -1;
+	pthread_mutex_init(&p->lock, NULL);
+	pthread_cond_init(&p->turn, NULL);
+	r = make_stage(p, dir);
+	if (r < 0) {
+		stasis_error_errno(err, -r, "creating a staging folder in %s: %s",
+				   image_stage_root(), strerror(-r));
+		image_pack_free(p);
+		return stasis_error_hint(err, "set STASIS_STAGE_DIR to a writable tmpfs folder");
+	}
+	for (unsigned int n = pack_threads(); p->nworkers < n; p->nworkers++)
+		if (pthread_create(&p->workers[p->nworkers], NULL, pack_worker, p) != 0)
+			break;
+	p->flushing = pthread_create(&p->flusher, NULL, flush_thread, p) == 0;
+	if (!p->nworkers || !p->flushing) {
+		image_pack_free(p);
+		return stasis_error_errno(err, EAGAIN, "starting the compression threads");
+	}
+	*out = p;
+	return 0;
+}
+
+const char *image_pack_stage(const struct image_packer *p)
+{
+	return p->stage;
+}
+
+static void pack_stop(struct image_packer *p)
+{
+	pthread_mutex_lock(&p->lock);
+	p->finishing = true;
+	pthread_mutex_unlock(&p->lock);
+	for (unsigned int i = 0; i < p->nworkers; i++)
+		pthread_join(p->workers[i], NULL);
+	p->nworkers = 0;
+	atomic_store(&p->stop, true);
+	if (p->flushing)
+		pthread_join(p->flusher, NULL);
+	p->flushing = false;
+}
+
+/* CRIU is done: every staged pages image is known and final. */
+static int finalize_files(struct image_packer *p)
+{
+	int r;
+
+	pthread_mutex_lock(&p->lock);
+	r = p->error ? p->error : scan(p);
+	for (size_t i = 0; i < p->nfiles && r == 0; i++) {
+		struct stat st;
+
+		if (fstat(p->files[i].in, &st) < 0)
+			r = -errno;
+		p->files[i].final_size = (uint64_t)st.st_size;
+		p->files[i].final = true;
+	}
+	pthread_mutex_unlock(&p->lock);
+	return r;
+}
+
+/* The small files CRIU wrote go to the image as they are. */
+static int copy_others(struct image_packer *p, const char **failed)
+{
+	struct dirent *de;
+
+	rewinddir(p->stage_dir);
+	while ((de = readdir(p->stage_dir))) {
+		int r;
+
+		if (de->d_type != DT_REG || image_is_pages_file(de->d_name))
+			continue;
+		r = copy_file_at(p->stagefd, de->d_name, p->outfd);
+		if (r < 0) {
+			*failed = de->d_name;
+			return r;
+		}
+	}
+	return 0;
+}
+
+static int add_to_manifest(struct image_packer *p, struct manifest *m)
+{
+	for (size_t i = 0; i < p->nfiles; i++) {
+		struct manifest_file *mf = manifest_add_file(m);
+
+		if (!mf || asprintf(&mf->name, "%s/%s%s", IMAGE_CRIU_SUBDIR, p->files[i].name,
+				    IMAGE_PACKED_SUFFIX) < 0)
+			return -ENOMEM;
+		mf->size = p->files[i].written;
+		mf->unpacked_size = p->files[i].final_size;
+		hash_hex(p->files[i].state, mf->xxh128);
+	}
+	return 0;
+}
+
+int image_pack_finish(struct image_packer *p, struct manifest *m, struct stasis_error **err)
+{
+	const char *failed = "";
+	int r = finalize_files(p);
+
+	pack_stop(p);
+	if (r == 0)
+		r = p->error;
+	if (r < 0)
+		return stasis_error_errno(err, -r, "compressing the image: %s", strerror(-r));
+	r = copy_others(p, &failed);
+	if (r < 0)
+		return stasis_error_errno(err, -r, "copying %s from %s: %s", failed, p->stage,
+					  strerror(-r));
+	m->options.compress = true;
+	if (add_to_manifest(p, m) < 0)
+		return stasis_error_errno(err, ENOMEM, "out of memory");
+	return 0;
+}
+
+void image_pack_free(struct image_packer *p)
+{
+	if (!p)
+		return;
+	pack_stop(p);
+	for (size_t i = 0; i < p->nfiles; i++) {
+		close(p->files[i].in);
+		close(p->files[i].out);
+		XXH3_freeState(p->files[i].state);
+		free(p->files[i].name);
+	}
+	free(p->files);
+	if (p->stage_dir)
+		closedir(p->stage_dir);
+	if (p->stagefd >= 0)
+		close(p->stagefd);
+	if (p->outfd >= 0)
+		close(p->outfd);
+	if (p->stage[0])
+		remove_flat_dir(p->stage);
+	pthread_cond_destroy(&p->turn);
+	pthread_mutex_destroy(&p->lock);
+	free(p);
+}

@@ -1,0 +1,369 @@
+/* SPDX-License-Identifier: MIT */
+/* Decompressing a compressed image into a staging folder for CRIU. One
+ * thread reads each NAME.img.zst in large sequential reads, hashes what it
+ * read (that is the image's verification) and hands its frames to a pool
+ * that decompresses them side by side straight into the staged NAME.img,
+ * mapped in memory. The other files are linked into the staging folder. */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <xxhash.h>
+#include <zstd.h>
+#include <zstd_errors.h>
+
+#include "image-hash.h"
+#include "image-pack.h"
+#include "image-unpack.h"
+#include "image.h"
+#include "util.h"
+
+/* Read this much at a time; a frame cut at the end moves to the next. */
+#define READ_CHUNK (32u << 20)
+#define QUEUE_LEN 64
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+
+struct chunk {
+	unsigned char *data;
+	int refs; /* under the unpacker's lock */
+};
+
+struct unpack_job {
+	struct chunk *chunk;
+	const unsigned char *src;
+	size_t srclen;
+	unsigned char *dst;
+	size_t dstlen;
+	bool shuffled;
+};
+
+struct unpacker {
+	pthread_mutex_t lock;
+	pthread_cond_t changed;
+	struct unpack_job queue[QUEUE_LEN];
+	size_t head, queued, busy;
+	bool done;
+	int error; /* the first, as -errno */
+	pthread_t workers[PACK_MAX_THREADS];
+	unsigned int nworkers;
+	const atomic_bool *cancel;
+};
+
+static void chunk_put(struct chunk *c)
+{
+	if (--c->refs)
+		return;
+	free(c->data);
+	free(c);
+}
+
+static int run_job(const struct unpack_job *j, ZSTD_DCtx *dctx, unsigned char *tmp)
+{
+	unsigned char *dst = j->shuffled ? tmp : j->dst;
+	size_t n;
+
+	madvise((void *)((uintptr_t)j->dst & ~(uintptr_t)4095),
+		j->dstlen + ((uintptr_t)j->dst & 4095), MADV_POPULATE_WRITE);
+	n = ZSTD_decompressDCtx(dctx, dst, j->dstlen, j->src, j->srclen);
+	if (ZSTD_isError(n) || n != j->dstlen)
+		return -EBADMSG;
+	if (j->shuffled)
+		pack_unshuffle(tmp, j->dst, j->dstlen);
+	return 0;
+}
+
+static void *unpack_worker(void *arg)
+{
+	struct unpacker *u = arg;
+	ZSTD_DCtx *dctx = ZSTD_createDCtx();
+	unsigned char *tmp = malloc(PACK_FRAME);
+
+	pthread_mutex_lock(&u->lock);
+	if (!dctx || !tmp)
+		u->error = u->error ? u->error : -ENOMEM;
+	for (;;) {
+		struct unpack_job j;
+		bool skip;
+		int r;
+
+		while (!u->queued && !u->done)
+			pthread_cond_wait(&u->changed, &u->lock);
+		if (!u->queued)
+			break;
+		j = u->queue[u->head];
+		u->head = (u->head + 1) % QUEUE_LEN;
+		u->queued--;
+		u->busy++;
+		skip = u->error != 0;
+		pthread_cond_broadcast(&u->changed);
+		pthread_mutex_unlock(&u->lock);
+		r = skip ? 0 : run_job(&j, dctx, tmp);
+		pthread_mutex_lock(&u->lock);
+		if (r < 0 && !u->error)
+			u->error = r;
+		chunk_put(j.chunk);
+		u->busy--;
+		pthread_cond_broadcast(&u->changed);
+	}
+	pthread_mutex_unlock(&u->lock);
+	ZSTD_freeDCtx(dctx);
+	free(tmp);
+	return NULL;
+}
+
+static int push(struct unpacker *u, struct unpack_job *j)
+{
+	int r;
+
+	pthread_mutex_lock(&u->lock);
+	while (u->queued == QUEUE_LEN && !u->error)
+		pthread_cond_wait(&u->changed, &u->lock);
+	if (!u->error) {
+		u->queue[(u->head + u->queued) % QUEUE_LEN] = *j;
+		u->queued++;
+		j->chunk->refs++;
+		pthread_cond_broadcast(&u->changed);
+	}
+	r = u->error;
+	pthread_mutex_unlock(&u->lock);
+	return r;
+}
+
+/* Wait until every job handed out is done. */
+static int drain(struct unpacker *u)
+{
+	int r;
+
+	pthread_mutex_lock(&u->lock);
+	while (u->queued || u->busy)
+		pthread_cond_wait(&u->changed, &u->lock);
+	r = u->error;
+	pthread_mutex_unlock(&u->lock);
+	return r;
+}
+
+/* One compressed file: where it goes and how far it got. */
+struct unpack_file {
+	int in;
+	unsigned char *map;
+	uint64_t unpacked, produced, read;
+	bool shuffle_next;
+	XXH3_state_t *state;
+};
+
+/* Hand out the frames wholly in c->data[0..len); *used is how far. */
+static int split_frames(struct unpacker *u, struct unpack_file *f, struct chunk *c, size_t len,
+			bool eof, size_t *used)
+{
+	size_t pos = 0;
+	int r = 0;
+
+	while (pos < len && r == 0) {
+		const unsigned char *src = c->data + pos;
+		size_t left = len - pos, size;
+		unsigned long long content;
+		struct unpack_job j;
+
+		if (left >= 8 && pack_le32(src) == PACK_SKIPPABLE_MAGIC) {
+			if (left < PACK_MARK_LEN)
+				break;
+			if (pack_le32(src + 4) != 4 || pack_le32(src + 8) != PACK_SHUFFLE_WIDTH)
+				return -EBADMSG;
+			f->shuffle_next = true;
+			pos += PACK_MARK_LEN;
+			continue;
+		}
+		size = ZSTD_findFrameCompressedSize(src, left);
+		if (ZSTD_isError(size)) {
+			if (ZSTD_getErrorCode(size) == ZSTD_error_srcSize_wrong && !eof)
+				break; /* the rest comes with the next read */
+			return -EBADMSG;
+		}
+		content = ZSTD_getFrameContentSize(src, size);
+		if (content == ZSTD_CONTENTSIZE_UNKNOWN || content == ZSTD_CONTENTSIZE_ERROR ||
+		    content > PACK_FRAME || f->produced + content > f->unpacked)
+			return -EBADMSG;
+		j = (struct unpack_job){.chunk = c,
+					.src = src,
+					.srclen = size,
+					.dst = f->map + f->produced,
+					.dstlen = (size_t)content,
+					.shuffled = f->shuffle_next};
+		f->shuffle_next = false;
+		f->produced += content;
+		pos += size;
+		r = push(u, &j);
+	}
+	*used = pos;
+	return r;
+}
+
+#define CHUNK_CAP (READ_CHUNK + ZSTD_COMPRESSBOUND(PACK_FRAME) + PACK_MARK_LEN)
+
+static struct chunk *chunk_new(void)
+{
+	struct chunk *c = calloc(1, sizeof(*c));
+
+	if (c && !(c->data = malloc(CHUNK_CAP))) {
+		free(c);
+		return NULL;
+	}
+	if (c)
+		c->refs = 1;
+	return c;
+}
+
+static void chunk_release(struct unpacker *u, struct chunk *c)
+{
+	if (!c)
+		return;
+	pthread_mutex_lock(&u->lock);
+	chunk_put(c);
+	pthread_mutex_unlock(&u->lock);
+}
+
+/* Read into c->data from *len on until READ_CHUNK or the end. */
+static int fill(struct unpack_file *f, struct chunk *c, size_t *len, bool *eof)
+{
+	while (*len < READ_CHUNK && !*eof) {
+		ssize_t n = read(f->in, c->data + *len, CHUNK_CAP - *len);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -errno;
+		XXH3_128bits_update(f->state, c->data + *len, (size_t)n);
+		f->read += (uint64_t)n;
+		*len += (size_t)n;
+		*eof = n == 0;
+	}
+	return 0;
+}
+
+/* Read f->in to its end, handing out its frames; a frame cut by the end
+ * of a read is copied to the start of the next. */
+static int read_frames(struct unpacker *u, struct unpack_file *f)
+{
+	struct chunk *prev = NULL;
+	size_t carry = 0, prev_used = 0;
+	bool eof = false;
+	int r = 0;
+
+	posix_fadvise(f->in, 0, 0, POSIX_FADV_SEQUENTIAL);
+	while (!eof && r == 0) {
+		struct chunk *c = chunk_new();
+		size_t len = carry, used = 0;
+
+		if (!c) {
+			r = -ENOMEM;
+			break;
+		}
+		if (carry)
+			memcpy(c->data, prev->data + prev_used, carry);
+		chunk_release(u, prev);
+		prev = c;
+		r = fill(f, c, &len, &eof);
+		if (r == 0 && u->cancel && atomic_load(u->cancel))
+			r = -ECANCELED;
+		if (r == 0)
+			r = split_frames(u, f, c, len, eof, &used);
+		carry = len - used;
+		prev_used = used;
+		/* A frame that does not fit a whole read is no frame of ours. */
+		if (r == 0 && carry && (eof || (!used && len == CHUNK_CAP)))
+			r = -EBADMSG;
+	}
+	chunk_release(u, prev);
+	return r;
+}
+
+static int unpack_file(struct unpacker *u, int dirfd, const struct manifest_file *mf,
+		       struct manifest_file *actual, int stagefd)
+{
+	struct unpack_file f = {.unpacked = mf->unpacked_size, .map = MAP_FAILED};
+	const char *base = strrchr(mf->name, '/');
+	char staged[NAME_MAX + 1];
+	int out = -1, r = 0;
+
+	base = base ? base + 1 : mf->name;
+	snprintf(staged, sizeof(staged), "%.*s", (int)(strlen(base) - strlen(IMAGE_PACKED_SUFFIX)),
+		 base);
+	f.state = XXH3_createState();
+	f.in = openat(dirfd, mf->name, O_RDONLY | O_CLOEXEC);
+	out = openat(stagefd, staged, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	if (!f.state)
+		r = -ENOMEM;
+	else if (f.in < 0 || out < 0 || ftruncate(out, (off_t)f.unpacked) < 0)
+		r = -errno;
+	if (r == 0 && f.unpacked) {
+		f.map = mmap(NULL, f.unpacked, PROT_READ | PROT_WRITE, MAP_SHARED, out, 0);
+		if (f.map == MAP_FAILED)
+			r = -errno;
+		else
+			madvise(f.map, f.unpacked, MADV_HUGEPAGE);
+	}
+	if (r == 0) {
+		XXH3_128bits_reset(f.state);
+		r = read_frames(u, &f);
+	}
+	/* The workers may still write into the mapping. */
+	if (drain(u) < 0 && r == 0)
+		r = u->error;
+	if (r == 0 && f.produced != f.unpacked)
+		r = -EBADMSG;
+	if (r == 0) {
+		hash_hex(f.state, actual->xxh128);
+		actual->size = f.read;
+	}
+	if (f.map != MAP_FAILED)
+		munmap(f.map, f.unpacked);
+	if (f.in >= 0)
+		close(f.in);
+	if (out >= 0)
+		close(out);
+	XXH3_freeState(f.state);
+	return r;
+}
+
+static void stop_workers(struct unpacker *u)
+{
+	pthread_mutex_lock(&u->lock);
+	u->done = true;
+	pthread_cond_broadcast(&u->changed);
+	pthread_mutex_unlock(&u->lock);
+	for (unsigned int i = 0; i < u->nworkers; i++)
+		pthread_join(u->workers[i], NULL);
+}
+
+int image_unpack(int dirfd, const struct manifest *m, struct manifest_file *actual, int stagefd,
+		 const atomic_bool *cancel, size_t *failed)
+{
+	struct unpacker u = {.cancel = cancel};
+	int r = 0;
+
+	pthread_mutex_init(&u.lock, NULL);
+	pthread_cond_init(&u.changed, NULL);
+	for (unsigned int n = pack_threads(); u.nworkers < n; u.nworkers++)
+		if (pthread_create(&u.workers[u.nworkers], NULL, unpack_worker, &u) != 0)
+			break;
+	if (!u.nworkers)
+		r = -EAGAIN;
+	for (size_t i = 0; i < m->nfiles && r == 0; i++) {
+		if (!image_is_packed_file(m->files[i].name))
+			continue;
+		*failed = i;
+		r = unpack_file(&u, dirfd, &m->files[i], &actual[i], stagefd);
+	}
+	stop_workers(&u);
+	pthread_cond_destroy(&u.changed);
+	pthread_mutex_destroy(&u.lock);
+	return r;
+}
