@@ -52,11 +52,15 @@ static bool following(const struct image_follower *f, const char *name)
 	return false;
 }
 
-static int follow_file(struct image_follower *f, const char *name)
+/* Start following the pages image name, unless it is followed already. */
+static int follow_file(void *ctx, const char *name)
 {
+	struct image_follower *f = ctx;
 	struct followed_file ff = {0}, *grown;
 	struct stat st;
 
+	if (following(f, name))
+		return 0;
 	if (asprintf(&ff.name, "%s/%s", IMAGE_CRIU_SUBDIR, name) < 0)
 		return -ENOMEM;
 	ff.state = XXH3_createState();
@@ -90,19 +94,7 @@ static int follow_file(struct image_follower *f, const char *name)
 
 static int scan(struct image_follower *f)
 {
-	struct dirent *de;
-
-	rewinddir(f->criu_dir);
-	while ((de = readdir(f->criu_dir))) {
-		int r;
-
-		if (!image_is_pages_file(de->d_name) || following(f, de->d_name))
-			continue;
-		r = follow_file(f, de->d_name);
-		if (r < 0 && r != -ENOENT)
-			return r;
-	}
-	return 0;
+	return image_scan_pages(f->criu_dir, follow_file, f);
 }
 
 /* Hash what CRIU has written so far; *moved when there was something. */

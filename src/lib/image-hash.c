@@ -36,6 +36,23 @@ bool image_is_packed_file(const char *name)
 	return pages_named(name, ".img" IMAGE_PACKED_SUFFIX);
 }
 
+int image_scan_pages(DIR *d, int (*add)(void *ctx, const char *name), void *ctx)
+{
+	struct dirent *de;
+
+	rewinddir(d);
+	while ((de = readdir(d))) {
+		int r;
+
+		if (!image_is_pages_file(de->d_name))
+			continue;
+		r = add(ctx, de->d_name);
+		if (r < 0 && r != -ENOENT)
+			return r;
+	}
+	return 0;
+}
+
 int hash_tail(int fd, XXH3_state_t *state, char *buf, uint64_t *offset, const atomic_bool *cancel)
 {
 	uint64_t asked = *offset;

@@ -4,6 +4,7 @@
 #ifndef STASIS_IMAGE_HASH_H
 #define STASIS_IMAGE_HASH_H
 
+#include <dirent.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -17,6 +18,11 @@
 bool image_is_pages_file(const char *name);
 /* A pages image compressed by image-pack.c (NAME.img.zst). */
 bool image_is_packed_file(const char *name);
+
+/* Pass each pages image in d to add(ctx, name), which skips those it has
+ * already; a file gone meanwhile (-ENOENT) is no error. For following a
+ * folder CRIU is writing into. */
+int image_scan_pages(DIR *d, int (*add)(void *ctx, const char *name), void *ctx);
 
 /* The size of the buffer hash_tail reads into. */
 #define HASH_CHUNK (4u << 20)

@@ -136,11 +136,15 @@ static bool known(const struct image_packer *p, const char *name)
 	return false;
 }
 
-static int add_file(struct image_packer *p, const char *name)
+/* Start packing the staged pages image name, unless it is known. */
+static int add_file(void *ctx, const char *name)
 {
+	struct image_packer *p = ctx;
 	struct packed_file pf = {.in = -1, .out = -1}, *grown;
 	char out[NAME_MAX + 1];
 
+	if (known(p, name))
+		return 0;
 	snprintf(out, sizeof(out), "%s%s", name, IMAGE_PACKED_SUFFIX);
 	pf.name = strdup(name);
 	pf.state = XXH3_createState();
@@ -177,19 +181,7 @@ fail : {
 /* New pages images in the staging folder; under the lock. */
 static int scan(struct image_packer *p)
 {
-	struct dirent *de;
-
-	rewinddir(p->stage_dir);
-	while ((de = readdir(p->stage_dir))) {
-		int r;
-
-		if (!image_is_pages_file(de->d_name) || known(p, de->d_name))
-			continue;
-		r = add_file(p, de->d_name);
-		if (r < 0 && r != -ENOENT)
-			return r;
-	}
-	return 0;
+	return image_scan_pages(p->stage_dir, add_file, p);
 }
 
 /* The next whole frame CRIU has written, or the last piece of a file it

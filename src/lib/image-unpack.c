@@ -291,7 +291,7 @@ static int unpack_file(struct unpacker *u, int dirfd, const struct manifest_file
 	struct unpack_file f = {.unpacked = mf->unpacked_size, .map = MAP_FAILED};
 	const char *base = strrchr(mf->name, '/');
 	char staged[NAME_MAX + 1];
-	int out = -1, r = 0;
+	int out = -1, r = 0, drained;
 
 	base = base ? base + 1 : mf->name;
 	snprintf(staged, sizeof(staged), "%.*s", (int)(strlen(base) - strlen(IMAGE_PACKED_SUFFIX)),
@@ -315,8 +315,9 @@ static int unpack_file(struct unpacker *u, int dirfd, const struct manifest_file
 		r = read_frames(u, &f);
 	}
 	/* The workers may still write into the mapping. */
-	if (drain(u) < 0 && r == 0)
-		r = u->error;
+	drained = drain(u);
+	if (r == 0)
+		r = drained;
 	if (r == 0 && f.produced != f.unpacked)
 		r = -EBADMSG;
 	if (r == 0) {

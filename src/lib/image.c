@@ -157,7 +157,7 @@ static uint64_t unpacked_bytes(const struct manifest *m)
 static int check_stage_room(const struct manifest *m, struct stasis_error **err)
 {
 	const char *root = image_stage_root();
-	uint64_t need = unpacked_bytes(m), room;
+	uint64_t need = unpacked_bytes(m), room, memory = preflight_mem_available();
 	struct statfs sfs;
 	char a[32], b[32];
 
@@ -165,8 +165,8 @@ static int check_stage_room(const struct manifest *m, struct stasis_error **err)
 		return stasis_error_errno(err, errno, "staging folder %s: %s", root,
 					  strerror(errno));
 	room = (uint64_t)sfs.f_bavail * (uint64_t)sfs.f_bsize;
-	if (sfs.f_type == TMPFS_MAGIC && preflight_mem_available() < room)
-		room = preflight_mem_available();
+	if (sfs.f_type == TMPFS_MAGIC && memory < room)
+		room = memory;
 	if (need <= room)
 		return 0;
 	stasis_error_set(
