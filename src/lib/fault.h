@@ -2,7 +2,8 @@
 /* Test-only fault injection, like CRIU's CRIU_FAULT: STASIS_FAULT names the
  * steps that must fail, as "step" or "step:PID", comma-separated. Steps:
  * lock, checkpoint, criu-dump, manifest, criu-restore, restore, unlock,
- * and "signal-after-checkpoint" (raise SIGTERM mid-way). */
+ * serve (no FUSE folder for a compressed image's pages), and
+ * "signal-after-checkpoint" (raise SIGTERM mid-way). */
 #ifndef STASIS_FAULT_H
 #define STASIS_FAULT_H
 

@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: MIT */
-/* Decompressing a compressed image into a staging folder for CRIU. One
- * thread reads each NAME.img.zst in large sequential reads, hashes what it
- * read (that is the image's verification) and hands its frames to a pool
- * that decompresses them side by side straight into the staged NAME.img,
- * mapped in memory. The other files are linked into the staging folder. */
+/* Decompressing a compressed image for CRIU. One thread reads each
+ * NAME.img.zst in large sequential reads, hashes what it read (that is the
+ * image's verification) and hands its frames to a pool that decompresses
+ * them side by side straight into the memory the caller gave for NAME.img.
+ * The frames finish out of order; the caller hears how far each file is
+ * whole from its start, so that it can serve it while the rest comes. */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -36,8 +37,12 @@ struct chunk {
 	int refs; /* under the unpacker's lock */
 };
 
+struct unpack_file;
+
 struct unpack_job {
 	struct chunk *chunk;
+	struct unpack_file *file;
+	size_t seq; /* the frame's place in its file */
 	const unsigned char *src;
 	size_t srclen;
 	unsigned char *dst;
@@ -55,6 +60,24 @@ struct unpacker {
 	pthread_t workers[PACK_MAX_THREADS];
 	unsigned int nworkers;
 	const atomic_bool *cancel;
+	const struct unpack_sink *sink;
+};
+
+/* One compressed file: where it goes and how far it got. */
+struct unpack_file {
+	size_t index; /* in the manifest */
+	int in;
+	unsigned char *map;
+	uint64_t unpacked, produced, read;
+	bool shuffle_next;
+	XXH3_state_t *state;
+	/* Where each frame handed out ends, and whether it is done; the
+	 * first whole ones are reported. Under the unpacker's lock. */
+	struct frame_mark {
+		uint64_t end;
+		bool done;
+	} * marks;
+	size_t nmarks, cap, whole;
 };
 
 static void chunk_put(struct chunk *c)
@@ -77,6 +100,34 @@ static int run_job(const struct unpack_job *j, ZSTD_DCtx *dctx, unsigned char *t
 		return -EBADMSG;
 	if (j->shuffled)
 		pack_unshuffle(tmp, j->dst, j->dstlen);
+	return 0;
+}
+
+/* Under the lock. */
+static void frame_done(struct unpacker *u, struct unpack_file *f, size_t seq)
+{
+	size_t whole = f->whole;
+
+	f->marks[seq].done = true;
+	while (f->whole < f->nmarks && f->marks[f->whole].done)
+		f->whole++;
+	if (f->whole != whole && u->sink->ready)
+		u->sink->ready(u->sink->ctx, f->index, f->marks[f->whole - 1].end);
+}
+
+/* Under the lock. */
+static int add_mark(struct unpack_file *f, uint64_t end)
+{
+	if (f->nmarks == f->cap) {
+		size_t cap = f->cap ? f->cap * 2 : 256;
+		struct frame_mark *m = realloc(f->marks, cap * sizeof(*m));
+
+		if (!m)
+			return -ENOMEM;
+		f->marks = m;
+		f->cap = cap;
+	}
+	f->marks[f->nmarks++] = (struct frame_mark){.end = end};
 	return 0;
 }
 
@@ -109,6 +160,8 @@ static void *unpack_worker(void *arg)
 		pthread_mutex_lock(&u->lock);
 		if (r < 0 && !u->error)
 			u->error = r;
+		if (r == 0 && !skip)
+			frame_done(u, j.file, j.seq);
 		chunk_put(j.chunk);
 		u->busy--;
 		pthread_cond_broadcast(&u->changed);
@@ -126,6 +179,10 @@ static int push(struct unpacker *u, struct unpack_job *j)
 	pthread_mutex_lock(&u->lock);
 	while (u->queued == QUEUE_LEN && !u->error)
 		pthread_cond_wait(&u->changed, &u->lock);
+	if (!u->error) {
+		j->seq = j->file->nmarks;
+		u->error = add_mark(j->file, (uint64_t)(j->dst - j->file->map) + j->dstlen);
+	}
 	if (!u->error) {
 		u->queue[(u->head + u->queued) % QUEUE_LEN] = *j;
 		u->queued++;
@@ -149,15 +206,6 @@ static int drain(struct unpacker *u)
 	pthread_mutex_unlock(&u->lock);
 	return r;
 }
-
-/* One compressed file: where it goes and how far it got. */
-struct unpack_file {
-	int in;
-	unsigned char *map;
-	uint64_t unpacked, produced, read;
-	bool shuffle_next;
-	XXH3_state_t *state;
-};
 
 /* Hand out the frames wholly in c->data[0..len); *used is how far. */
 static int split_frames(struct unpacker *u, struct unpack_file *f, struct chunk *c, size_t len,
@@ -192,6 +240,7 @@ static int split_frames(struct unpacker *u, struct unpack_file *f, struct chunk 
 		    content > PACK_FRAME || f->produced + content > f->unpacked)
 			return -EBADMSG;
 		j = (struct unpack_job){.chunk = c,
+					.file = f,
 					.src = src,
 					.srclen = size,
 					.dst = f->map + f->produced,
@@ -285,36 +334,24 @@ static int read_frames(struct unpacker *u, struct unpack_file *f)
 	return r;
 }
 
-static int unpack_file(struct unpacker *u, int dirfd, const struct manifest_file *mf,
-		       struct manifest_file *actual, int stagefd)
+static int unpack_file(struct unpacker *u, int dirfd, const struct manifest_file *mf, size_t index,
+		       struct manifest_file *actual)
 {
-	struct unpack_file f = {.unpacked = mf->unpacked_size, .map = MAP_FAILED};
-	const char *base = strrchr(mf->name, '/');
-	char staged[NAME_MAX + 1];
-	int out = -1, r = 0, drained;
+	struct unpack_file f = {.index = index, .unpacked = mf->unpacked_size};
+	int r = 0, drained;
 
-	base = base ? base + 1 : mf->name;
-	snprintf(staged, sizeof(staged), "%.*s", (int)(strlen(base) - strlen(IMAGE_PACKED_SUFFIX)),
-		 base);
+	f.map = u->sink->maps[index];
 	f.state = XXH3_createState();
 	f.in = openat(dirfd, mf->name, O_RDONLY | O_CLOEXEC);
-	out = openat(stagefd, staged, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
 	if (!f.state)
 		r = -ENOMEM;
-	else if (f.in < 0 || out < 0 || ftruncate(out, (off_t)f.unpacked) < 0)
+	else if (f.in < 0)
 		r = -errno;
-	if (r == 0 && f.unpacked) {
-		f.map = mmap(NULL, f.unpacked, PROT_READ | PROT_WRITE, MAP_SHARED, out, 0);
-		if (f.map == MAP_FAILED)
-			r = -errno;
-		else
-			madvise(f.map, f.unpacked, MADV_HUGEPAGE);
-	}
 	if (r == 0) {
 		XXH3_128bits_reset(f.state);
 		r = read_frames(u, &f);
 	}
-	/* The workers may still write into the mapping. */
+	/* The workers may still write into the memory and mark frames. */
 	drained = drain(u);
 	if (r == 0)
 		r = drained;
@@ -324,13 +361,10 @@ static int unpack_file(struct unpacker *u, int dirfd, const struct manifest_file
 		hash_hex(f.state, actual->xxh128);
 		actual->size = f.read;
 	}
-	if (f.map != MAP_FAILED)
-		munmap(f.map, f.unpacked);
 	if (f.in >= 0)
 		close(f.in);
-	if (out >= 0)
-		close(out);
 	XXH3_freeState(f.state);
+	free(f.marks);
 	return r;
 }
 
@@ -344,10 +378,10 @@ static void stop_workers(struct unpacker *u)
 		pthread_join(u->workers[i], NULL);
 }
 
-int image_unpack(int dirfd, const struct manifest *m, struct manifest_file *actual, int stagefd,
-		 const atomic_bool *cancel, size_t *failed)
+int image_unpack(int dirfd, const struct manifest *m, struct manifest_file *actual,
+		 const struct unpack_sink *sink, const atomic_bool *cancel, size_t *failed)
 {
-	struct unpacker u = {.cancel = cancel};
+	struct unpacker u = {.cancel = cancel, .sink = sink};
 	int r = 0;
 
 	pthread_mutex_init(&u.lock, NULL);
@@ -361,7 +395,7 @@ int image_unpack(int dirfd, const struct manifest *m, struct manifest_file *actu
 		if (!image_is_packed_file(m->files[i].name))
 			continue;
 		*failed = i;
-		r = unpack_file(&u, dirfd, &m->files[i], &actual[i], stagefd);
+		r = unpack_file(&u, dirfd, &m->files[i], i, &actual[i]);
 	}
 	stop_workers(&u);
 	pthread_cond_destroy(&u.changed);

@@ -1,19 +1,29 @@
 /* SPDX-License-Identifier: MIT */
-/* Decompressing the pages images of a compressed image into a staging
- * folder. Internal to the library. */
+/* Decompressing the pages images of a compressed image into memory.
+ * Internal to the library. */
 #ifndef STASIS_IMAGE_UNPACK_H
 #define STASIS_IMAGE_UNPACK_H
 
 #include <stdatomic.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "manifest.h"
 
+/* Where the pages go: maps[i] holds the unpacked_size bytes of the
+ * manifest's file i; ready, if set, hears each time more of file i is
+ * whole from its start (bytes). */
+struct unpack_sink {
+	unsigned char *const *maps;
+	void (*ready)(void *ctx, size_t i, uint64_t bytes);
+	void *ctx;
+};
+
 /* Decompress every compressed pages image of m (names relative to dirfd)
- * into the folder stagefd, filling their checksum and size, as read, into
- * actual. Stops with -ECANCELED once *cancel is set; on failure *failed is
- * the index of the file. */
-int image_unpack(int dirfd, const struct manifest *m, struct manifest_file *actual, int stagefd,
-		 const atomic_bool *cancel, size_t *failed);
+ * into sink, filling their checksum and size, as read, into actual. Stops
+ * with -ECANCELED once *cancel is set; on failure *failed is the index of
+ * the file. */
+int image_unpack(int dirfd, const struct manifest *m, struct manifest_file *actual,
+		 const struct unpack_sink *sink, const atomic_bool *cancel, size_t *failed);
 
 #endif

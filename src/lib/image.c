@@ -9,11 +9,15 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/vfs.h>
+#include <unistd.h>
 
 #include "image-hash.h"
+#include "fault.h"
 #include "image-pack.h"
+#include "image-serve.h"
 #include "image-unpack.h"
 #include "preflight.h"
 #include "progress.h"
@@ -119,9 +123,16 @@ struct image_verifier {
 	const char *dir;
 	const struct manifest *m;
 	int dirfd;
-	int stagefd;		 /* a compressed image's staging folder, else -1 */
-	char stage[PATH_MAX];	 /* its path, or "" */
+	char stage[PATH_MAX];	 /* a compressed image's staging folder, or "" */
+	char mnt[PATH_MAX];	 /* where its pages are served from, or "" */
 	char criu_dir[PATH_MAX]; /* what CRIU restores from */
+	/* A compressed image's pages: each file's decompressed bytes, and
+	 * its place among those served (or NULLs). */
+	unsigned char **maps;
+	struct serve_file *served;
+	size_t *slot;
+	size_t nserved;
+	struct image_server *server;
 	struct manifest_file *actual;
 	pthread_t thread;
 	bool running;
@@ -130,16 +141,27 @@ struct image_verifier {
 	size_t failed;
 };
 
+static void pages_ready(void *ctx, size_t i, uint64_t bytes)
+{
+	struct image_verifier *v = ctx;
+
+	image_serve_ready(v->server, v->slot[i], bytes);
+}
+
 static void *verify_pages(void *arg)
 {
 	struct image_verifier *v = arg;
+	struct unpack_sink sink = {
+	    .maps = v->maps, .ready = v->server ? pages_ready : NULL, .ctx = v};
 
-	if (v->stagefd >= 0)
-		v->result =
-		    image_unpack(v->dirfd, v->m, v->actual, v->stagefd, &v->cancel, &v->failed);
+	if (v->stage[0])
+		v->result = image_unpack(v->dirfd, v->m, v->actual, &sink, &v->cancel, &v->failed);
 	else
 		v->result = hash_files(v->dirfd, v->actual, v->m->nfiles, hash_skip_all_but_pages,
 				       &v->cancel, &v->failed);
+	/* Whoever reads what will not come fails instead of waiting. */
+	if (v->result < 0 && v->server)
+		image_serve_fail(v->server);
 	return NULL;
 }
 
@@ -152,45 +174,153 @@ static uint64_t unpacked_bytes(const struct manifest *m)
 	return sum;
 }
 
-/* The decompressed pages must fit the staging folder, and when that is
- * memory, the memory too. */
-static int check_stage_room(const struct manifest *m, struct stasis_error **err)
+/* The decompressed pages must fit in memory, and when they are staged as
+ * files, the staging folder too. */
+static int check_stage_room(const struct manifest *m, bool in_files, struct stasis_error **err)
 {
 	const char *root = image_stage_root();
-	uint64_t need = unpacked_bytes(m), room, memory = preflight_mem_available();
+	uint64_t need = unpacked_bytes(m), room = preflight_mem_available();
 	struct statfs sfs;
 	char a[32], b[32];
 
-	if (statfs(root, &sfs) < 0)
+	if (in_files && statfs(root, &sfs) < 0)
 		return stasis_error_errno(err, errno, "staging folder %s: %s", root,
 					  strerror(errno));
-	room = (uint64_t)sfs.f_bavail * (uint64_t)sfs.f_bsize;
-	if (sfs.f_type == TMPFS_MAGIC && memory < room)
-		room = memory;
+	if (in_files &&
+	    (sfs.f_type != TMPFS_MAGIC || (uint64_t)sfs.f_bavail * (uint64_t)sfs.f_bsize < room))
+		room = (uint64_t)sfs.f_bavail * (uint64_t)sfs.f_bsize;
 	if (need <= room)
 		return 0;
-	stasis_error_set(
-	    err, ENOSPC, STASIS_DOMAIN_USAGE, 0,
-	    "the compressed image unpacks to %s, the staging folder %s has room for %s",
-	    format_bytes(need, a, sizeof(a)), root, format_bytes(room, b, sizeof(b)));
+	if (in_files)
+		stasis_error_set(err, ENOSPC, STASIS_DOMAIN_USAGE, 0,
+				 "the compressed image unpacks to %s, the staging folder %s has "
+				 "room for %s",
+				 format_bytes(need, a, sizeof(a)), root,
+				 format_bytes(room, b, sizeof(b)));
+	else
+		stasis_error_set(err, ENOSPC, STASIS_DOMAIN_USAGE, 0,
+				 "the compressed image unpacks to %s, memory has room for %s",
+				 format_bytes(need, a, sizeof(a)),
+				 format_bytes(room, b, sizeof(b)));
 	return stasis_error_hint(err, "free memory, or set STASIS_STAGE_DIR to a roomier folder");
 }
 
-/* A staging folder where the pages are decompressed, with links to the
- * other files of the image. */
+/* The staged name of a compressed pages image: NAME.img. */
+static void staged_name(const char *packed, char *out, size_t len)
+{
+	const char *base = strrchr(packed, '/');
+
+	base = base ? base + 1 : packed;
+	snprintf(out, len, "%.*s", (int)(strlen(base) - strlen(IMAGE_PACKED_SUFFIX)), base);
+}
+
+/* Serve the pages from memory while they are decompressed, through
+ * NAME.img links to a FUSE folder: CRIU restores meanwhile. -errno when
+ * this machine cannot mount one, with nothing left behind. */
+static int stage_served(struct image_verifier *v, int stagefd)
+{
+	int r = 0;
+
+	if (fault_at("serve", 0))
+		return -EPERM;
+	snprintf(v->mnt, sizeof(v->mnt), "%s/stasis-serve-XXXXXX", image_stage_root());
+	if (!mkdtemp(v->mnt)) {
+		v->mnt[0] = '\0';
+		return -errno;
+	}
+	for (size_t i = 0; i < v->m->nfiles; i++) {
+		const struct manifest_file *mf = &v->m->files[i];
+		struct serve_file *f = &v->served[v->nserved];
+		void *map;
+
+		if (!image_is_packed_file(mf->name))
+			continue;
+		map = mf->unpacked_size ? mmap(NULL, mf->unpacked_size, PROT_READ | PROT_WRITE,
+					       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0)
+					: NULL;
+		if (map == MAP_FAILED)
+			return -errno;
+		if (map)
+			madvise(map, mf->unpacked_size, MADV_HUGEPAGE);
+		staged_name(mf->name, f->name, sizeof(f->name));
+		f->data = v->maps[i] = map;
+		f->size = mf->unpacked_size;
+		v->slot[i] = v->nserved++;
+	}
+	r = image_serve_start(v->mnt, v->served, v->nserved, &v->server);
+	for (size_t k = 0; r == 0 && k < v->nserved; k++) {
+		char target[PATH_MAX + NAME_MAX];
+
+		snprintf(target, sizeof(target), "%s/%s", v->mnt, v->served[k].name);
+		if (symlinkat(target, stagefd, v->served[k].name) < 0)
+			r = -errno;
+	}
+	return r;
+}
+
+/* Without FUSE: decompress into files of the staging folder, which CRIU
+ * can read only once they are whole. */
+static int stage_files(struct image_verifier *v, int stagefd)
+{
+	for (size_t i = 0; i < v->m->nfiles; i++) {
+		const struct manifest_file *mf = &v->m->files[i];
+		char name[NAME_MAX + 1];
+		_cleanup_close_ int fd = -1;
+		void *map;
+
+		if (!image_is_packed_file(mf->name))
+			continue;
+		staged_name(mf->name, name, sizeof(name));
+		fd = openat(stagefd, name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+		if (fd < 0 || ftruncate(fd, (off_t)mf->unpacked_size) < 0)
+			return -errno;
+		if (!mf->unpacked_size)
+			continue;
+		map = mmap(NULL, mf->unpacked_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+		if (map == MAP_FAILED)
+			return -errno;
+		madvise(map, mf->unpacked_size, MADV_HUGEPAGE);
+		v->maps[i] = map;
+	}
+	return 0;
+}
+
+/* Stops serving and unmaps the pages; what serving left is removed. */
+static void unstage_pages(struct image_verifier *v)
+{
+	image_serve_stop(v->server);
+	v->server = NULL;
+	if (v->mnt[0] && rmdir(v->mnt) < 0)
+		fprintf(stderr, "stasis: removing %s: %s\n", v->mnt, strerror(errno));
+	v->mnt[0] = '\0';
+	for (size_t i = 0; v->maps && i < v->m->nfiles; i++) {
+		if (v->maps[i])
+			munmap(v->maps[i], v->m->files[i].unpacked_size);
+		v->maps[i] = NULL;
+	}
+	v->nserved = 0;
+}
+
+/* A staging folder CRIU restores from, with links to the image's other
+ * files, and the pages served or staged as files. */
 static int make_stage(struct image_verifier *v, struct stasis_error **err)
 {
+	_cleanup_close_ int stagefd = -1;
+	size_t n = v->m->nfiles ? v->m->nfiles : 1;
 	char abs[PATH_MAX];
-	int r = check_stage_room(v->m, err);
+	int r = 0;
 
-	if (r < 0)
-		return r;
+	v->maps = calloc(n, sizeof(*v->maps));
+	v->served = calloc(n, sizeof(*v->served));
+	v->slot = calloc(n, sizeof(*v->slot));
+	if (!v->maps || !v->served || !v->slot)
+		return stasis_error_errno(err, ENOMEM, "out of memory");
 	snprintf(v->stage, sizeof(v->stage), "%s/stasis-restore-XXXXXX", image_stage_root());
 	if (!mkdtemp(v->stage)) {
 		r = -errno;
 		v->stage[0] = '\0';
 	}
-	if (r == 0 && ((v->stagefd = open(v->stage, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0 ||
+	if (r == 0 && ((stagefd = open(v->stage, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0 ||
 		       !realpath(v->dir, abs)))
 		r = -errno;
 	for (size_t i = 0; r == 0 && i < v->m->nfiles; i++) {
@@ -200,14 +330,25 @@ static int make_stage(struct image_verifier *v, struct stasis_error **err)
 		if (image_is_packed_file(name))
 			continue;
 		snprintf(target, sizeof(target), "%s/%s", abs, name);
-		if (symlinkat(target, v->stagefd, strrchr(name, '/') + 1) < 0)
+		if (symlinkat(target, stagefd, strrchr(name, '/') + 1) < 0)
 			r = -errno;
 	}
 	if (r < 0)
 		return stasis_error_errno(err, -r, "preparing a staging folder in %s: %s",
 					  image_stage_root(), strerror(-r));
-	snprintf(v->criu_dir, sizeof(v->criu_dir), "%s", v->stage);
-	return 0;
+	r = check_stage_room(v->m, false, err);
+	if (r == 0 && stage_served(v, stagefd) < 0) {
+		for (size_t k = 0; k < v->nserved; k++)
+			unlinkat(stagefd, v->served[k].name, 0);
+		unstage_pages(v);
+		r = check_stage_room(v->m, true, err);
+		if (r == 0 && (r = stage_files(v, stagefd)) < 0)
+			r = stasis_error_errno(err, -r, "staging the pages in %s: %s", v->stage,
+					       strerror(-r));
+	}
+	if (r == 0)
+		snprintf(v->criu_dir, sizeof(v->criu_dir), "%s", v->stage);
+	return r;
 }
 
 static int verify_result(struct image_verifier *v, struct stasis_error **err)
@@ -233,7 +374,6 @@ int image_open_begin(const char *dir, struct manifest *m, struct image_verifier 
 		return stasis_error_errno(err, ENOMEM, "out of memory");
 	v->dir = dir;
 	v->m = m;
-	v->stagefd = -1;
 	snprintf(v->criu_dir, sizeof(v->criu_dir), "%s/%s", dir, IMAGE_CRIU_SUBDIR);
 	v->dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (v->dirfd < 0)
@@ -272,20 +412,40 @@ int image_verify_wait(struct image_verifier *v, struct stasis_error **err)
 	return verify_result(v, err);
 }
 
+int image_verify_stop(struct image_verifier *v, struct stasis_error **err)
+{
+	if (v->running) {
+		atomic_store(&v->cancel, true);
+		pthread_join(v->thread, NULL);
+		v->running = false;
+	}
+	return v->result == -ECANCELED ? 0 : verify_result(v, err);
+}
+
+bool image_verifier_serves(const struct image_verifier *v)
+{
+	return v->server != NULL;
+}
+
+void image_verifier_unstage(struct image_verifier *v)
+{
+	image_verify_stop(v, NULL);
+	unstage_pages(v);
+	if (v->stage[0])
+		remove_flat_dir(v->stage);
+	v->stage[0] = '\0';
+}
+
 void image_verifier_free(struct image_verifier *v)
 {
 	if (!v)
 		return;
-	if (v->running) {
-		atomic_store(&v->cancel, true);
-		pthread_join(v->thread, NULL);
-	}
+	image_verifier_unstage(v);
 	if (v->dirfd >= 0)
 		close(v->dirfd);
-	if (v->stagefd >= 0)
-		close(v->stagefd);
-	if (v->stage[0])
-		remove_flat_dir(v->stage);
+	free(v->maps);
+	free(v->served);
+	free(v->slot);
 	free(v->actual);
 	free(v);
 }

@@ -4,6 +4,8 @@
 #ifndef STASIS_IMAGE_H
 #define STASIS_IMAGE_H
 
+#include <stdbool.h>
+
 #include "error.h"
 #include "manifest.h"
 
@@ -50,15 +52,25 @@ int image_checksum(const char *dir, struct manifest *m, struct image_follower *f
 /* Read the manifest, verify every file but the pages images, and start
  * verifying those in the background: a restore runs CRIU meanwhile and
  * waits for the answer before the tree runs. A compressed image is
- * decompressed into a staging folder instead, and verified on the way:
- * CRIU must wait for that. */
+ * decompressed into memory instead, and verified on the way; its pages are
+ * served to CRIU from a FUSE folder as they come (image-serve.c), or, where
+ * none can be mounted, staged as files that CRIU must wait for. */
 struct image_verifier;
 int image_open_begin(const char *dir, struct manifest *m, struct image_verifier **out,
 		     struct stasis_error **err);
 int image_verify_wait(struct image_verifier *v, struct stasis_error **err);
+/* Cancels the verification if it still runs; < 0 only when what it
+ * verified so far is wrong. */
+int image_verify_stop(struct image_verifier *v, struct stasis_error **err);
 /* The folder CRIU restores from: DIR/criu, or the staging folder. */
 const char *image_verifier_criu_dir(const struct image_verifier *v);
-/* Cancels a verification still running; removes the staging folder. */
+/* Whether CRIU may read a compressed image's pages before they are all
+ * decompressed. */
+bool image_verifier_serves(const struct image_verifier *v);
+/* CRIU is done with the image: cancels a verification still running and
+ * frees the decompressed pages and the staging folder. */
+void image_verifier_unstage(struct image_verifier *v);
+/* Unstages, and frees v. */
 void image_verifier_free(struct image_verifier *v);
 
 /* Read the manifest and verify every file it lists. */

@@ -141,6 +141,23 @@ static int on_criu_notify(const char *action)
 	return post_restore.result < 0 ? 1 : 0;
 }
 
+/* CRIU fails when it cannot read a pages image, as when a compressed one
+ * does not decompress: then the image is the cause to report. */
+static int image_cause(struct image_verifier *v, int r, struct stasis_error **err)
+{
+	struct stasis_error *cause = NULL;
+
+	if (image_verify_stop(v, &cause) == 0)
+		return r;
+	r = -cause->status;
+	if (err) {
+		stasis_error_free(*err);
+		*err = cause;
+	} else
+		stasis_error_free(cause);
+	return r;
+}
+
 static int restore_locked(const struct stasis_restore_options *o, struct manifest *m,
 			  struct image_verifier *verifier, const struct gpu_plan *plan,
 			  pid_t *root_out, struct stasis_error **err)
@@ -181,6 +198,10 @@ static int restore_locked(const struct stasis_restore_options *o, struct manifes
 		/* CRIU reports the refused notification; the cause is ours. */
 		if (post_restore.result < 0)
 			r = post_restore.result;
+		else if (r < 0)
+			r = image_cause(verifier, r, err);
+		/* Before the GPU restore, which needs the memory. */
+		image_verifier_unstage(verifier);
 	}
 	manifest_add_phase(m, "criu_restore", now_usec() - start);
 	if (r < 0)
@@ -247,8 +268,9 @@ static int restore_either(const struct stasis_restore_options *o, struct manifes
 	int r = 0;
 
 	/* runc gives no notification before the container runs, and CRIU
-	 * needs a compressed image's pages decompressed first. */
-	if (container || m->options.compress) {
+	 * needs a compressed image's pages decompressed first unless they are
+	 * served as they come. */
+	if (container || (m->options.compress && !image_verifier_serves(verifier))) {
 		progress_begin(m->options.compress ? "decompressing the image"
 						   : "verifying the image's checksums");
 		r = image_verify_wait(verifier, err);

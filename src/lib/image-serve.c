@@ -1,0 +1,322 @@
+/* SPDX-License-Identifier: MIT */
+/* A read-only FUSE folder over files that are still being filled. CRIU
+ * reads a pages image in order, once, with pread/preadv; served from here a
+ * read blocks until the decompression has got that far, so CRIU's restore
+ * runs while the image is decompressed instead of after it. The files are
+ * opened for direct I/O: each reply is copied once, from the decompressed
+ * buffer straight into the memory CRIU restores, with no page cache
+ * between. The protocol is spoken over /dev/fuse directly: a reader makes
+ * a handful of requests, which need no library. */
+#include "image-serve.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/fuse.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "util.h"
+
+#define SERVE_THREADS 8
+/* The largest read request: 256 pages, what FUSE_MAX_PAGES allows. */
+#define SERVE_MAX_READ (1u << 20)
+/* Requests are small, but the kernel wants room for its largest write. */
+#define SERVE_BUF (SERVE_MAX_READ + 4096)
+#define FIRST_FILE_ID (FUSE_ROOT_ID + 1)
+/* Nothing here changes its name or size: let the kernel cache that. */
+#define VALID_SECS 3600
+
+struct image_server {
+	int fd;
+	int wake; /* eventfd: the threads stop */
+	char mnt[PATH_MAX];
+	struct serve_file *files;
+	size_t nfiles;
+	pthread_mutex_t lock;
+	pthread_cond_t changed;
+	bool failed; /* under lock, with files[].ready */
+	pthread_t threads[SERVE_THREADS];
+	unsigned int nthreads;
+};
+
+static void reply(struct image_server *s, uint64_t unique, int error, const void *arg, size_t len)
+{
+	struct fuse_out_header h = {
+	    .len = (uint32_t)(sizeof(h) + (error ? 0 : len)), .error = error, .unique = unique};
+	struct iovec iov[2] = {{&h, sizeof(h)}, {(void *)arg, len}};
+
+	/* ENOENT: the reader was interrupted and no longer waits. */
+	if (writev(s->fd, iov, error || !len ? 1 : 2) < 0 && errno != ENOENT)
+		fprintf(stderr, "stasis: image server: reply: %s\n", strerror(errno));
+}
+
+static struct serve_file *file_of(struct image_server *s, uint64_t id)
+{
+	return id >= FIRST_FILE_ID && id - FIRST_FILE_ID < s->nfiles ? &s->files[id - FIRST_FILE_ID]
+								     : NULL;
+}
+
+static void fill_attr(struct image_server *s, uint64_t id, struct fuse_attr *a)
+{
+	struct serve_file *f = file_of(s, id);
+
+	*a = (struct fuse_attr){.ino = id, .nlink = 1, .blksize = 4096, .uid = 0, .gid = 0};
+	if (f) {
+		a->mode = S_IFREG | 0444;
+		a->size = f->size;
+		a->blocks = (f->size + 511) / 512;
+	} else {
+		a->mode = S_IFDIR | 0555;
+		a->nlink = 2;
+	}
+}
+
+static void serve_init(struct image_server *s, const struct fuse_in_header *in,
+		       const struct fuse_init_in *arg)
+{
+	struct fuse_init_out out = {
+	    .major = FUSE_KERNEL_VERSION,
+	    .minor = FUSE_KERNEL_MINOR_VERSION,
+	    .max_readahead = arg->max_readahead,
+	    .flags = arg->flags & (FUSE_ASYNC_DIO | FUSE_MAX_PAGES | FUSE_ASYNC_READ),
+	    .max_background = SERVE_THREADS * 2,
+	    .congestion_threshold = SERVE_THREADS * 2,
+	    .max_write = 4096,
+	    .time_gran = 1,
+	    .max_pages = SERVE_MAX_READ / 4096,
+	};
+
+	if (arg->major != FUSE_KERNEL_VERSION) {
+		reply(s, in->unique, -EPROTO, NULL, 0);
+		return;
+	}
+	if (arg->minor < out.minor)
+		out.minor = arg->minor;
+	reply(s, in->unique, 0, &out, sizeof(out));
+}
+
+static void serve_lookup(struct image_server *s, const struct fuse_in_header *in, const char *name)
+{
+	struct fuse_entry_out out = {.entry_valid = VALID_SECS, .attr_valid = VALID_SECS};
+
+	for (size_t i = 0; in->nodeid == FUSE_ROOT_ID && i < s->nfiles; i++) {
+		if (strcmp(s->files[i].name, name) != 0)
+			continue;
+		out.nodeid = FIRST_FILE_ID + i;
+		fill_attr(s, out.nodeid, &out.attr);
+		reply(s, in->unique, 0, &out, sizeof(out));
+		return;
+	}
+	reply(s, in->unique, -ENOENT, NULL, 0);
+}
+
+static void serve_getattr(struct image_server *s, const struct fuse_in_header *in)
+{
+	struct fuse_attr_out out = {.attr_valid = VALID_SECS};
+
+	fill_attr(s, in->nodeid, &out.attr);
+	reply(s, in->unique, 0, &out, sizeof(out));
+}
+
+static void serve_open(struct image_server *s, const struct fuse_in_header *in,
+		       const struct fuse_open_in *arg)
+{
+	struct fuse_open_out out = {.fh = in->nodeid};
+
+	if (in->opcode == FUSE_OPEN) {
+		if ((arg->flags & O_ACCMODE) != O_RDONLY) {
+			reply(s, in->unique, -EROFS, NULL, 0);
+			return;
+		}
+		out.open_flags = FOPEN_DIRECT_IO;
+	}
+	reply(s, in->unique, 0, &out, sizeof(out));
+}
+
+/* Waits until the bytes asked for are there, and sends them. */
+static void serve_read(struct image_server *s, const struct fuse_in_header *in,
+		       const struct fuse_read_in *arg)
+{
+	struct serve_file *f = file_of(s, arg->fh);
+	uint64_t end;
+	bool failed;
+
+	if (!f) {
+		reply(s, in->unique, -EBADF, NULL, 0);
+		return;
+	}
+	if (arg->offset >= f->size) {
+		reply(s, in->unique, 0, NULL, 0);
+		return;
+	}
+	end = f->size - arg->offset < arg->size ? f->size : arg->offset + arg->size;
+	pthread_mutex_lock(&s->lock);
+	while (f->ready < end && !s->failed)
+		pthread_cond_wait(&s->changed, &s->lock);
+	failed = f->ready < end;
+	pthread_mutex_unlock(&s->lock);
+	if (failed)
+		reply(s, in->unique, -EIO, NULL, 0);
+	else
+		reply(s, in->unique, 0, f->data + arg->offset, (size_t)(end - arg->offset));
+}
+
+static void serve_request(struct image_server *s, const struct fuse_in_header *in)
+{
+	const void *arg = in + 1;
+
+	switch (in->opcode) {
+	case FUSE_INIT:
+		serve_init(s, in, arg);
+		break;
+	case FUSE_LOOKUP:
+		serve_lookup(s, in, arg);
+		break;
+	case FUSE_GETATTR:
+		serve_getattr(s, in);
+		break;
+	case FUSE_OPEN:
+	case FUSE_OPENDIR:
+		serve_open(s, in, arg);
+		break;
+	case FUSE_READ:
+		serve_read(s, in, arg);
+		break;
+	case FUSE_READDIR: /* an empty listing: readers know their names */
+	case FUSE_RELEASE:
+	case FUSE_RELEASEDIR:
+	case FUSE_FLUSH:
+		reply(s, in->unique, 0, NULL, 0);
+		break;
+	case FUSE_FORGET: /* these take no answer */
+	case FUSE_BATCH_FORGET:
+	case FUSE_INTERRUPT:
+		break;
+	default:
+		reply(s, in->unique, -ENOSYS, NULL, 0);
+	}
+}
+
+/* Reads requests until told to stop or the folder is unmounted. The fd
+ * is non-blocking, as the threads share it. */
+static void *serve_thread(void *arg)
+{
+	struct image_server *s = arg;
+	struct pollfd pfd[2] = {{.fd = s->fd, .events = POLLIN}, {.fd = s->wake, .events = POLLIN}};
+	void *buf = malloc(SERVE_BUF);
+
+	while (buf) {
+		ssize_t n;
+
+		if (poll(pfd, 2, -1) < 0 && errno != EINTR)
+			break;
+		if (pfd[1].revents)
+			break;
+		n = read(s->fd, buf, SERVE_BUF);
+		if (n < 0 && (errno == EAGAIN || errno == EINTR || errno == ENOENT))
+			continue;
+		if (n < (ssize_t)sizeof(struct fuse_in_header))
+			break; /* ENODEV: unmounted */
+		serve_request(s, buf);
+	}
+	free(buf);
+	return NULL;
+}
+
+static int serve_mount(struct image_server *s)
+{
+	char opts[256];
+
+	s->fd = open("/dev/fuse", O_RDWR | O_CLOEXEC | O_NONBLOCK);
+	if (s->fd < 0)
+		return -errno;
+	snprintf(opts, sizeof(opts),
+		 "fd=%d,rootmode=40000,user_id=%u,group_id=%u,allow_other,max_read=%u", s->fd,
+		 getuid(), getgid(), SERVE_MAX_READ);
+	if (mount("stasis", s->mnt, "fuse.stasis", MS_NOSUID | MS_NODEV | MS_RDONLY, opts) < 0)
+		return -errno;
+	return 0;
+}
+
+int image_serve_start(const char *mnt, struct serve_file *files, size_t nfiles,
+		      struct image_server **out)
+{
+	struct image_server *s = calloc(1, sizeof(*s));
+	int r;
+
+	if (!s)
+		return -ENOMEM;
+	s->files = files;
+	s->nfiles = nfiles;
+	s->fd = -1;
+	snprintf(s->mnt, sizeof(s->mnt), "%s", mnt);
+	pthread_mutex_init(&s->lock, NULL);
+	pthread_cond_init(&s->changed, NULL);
+	s->wake = eventfd(0, EFD_CLOEXEC);
+	r = s->wake < 0 ? -errno : serve_mount(s);
+	if (r < 0) {
+		if (s->fd >= 0)
+			close(s->fd);
+		s->fd = -1;
+		s->mnt[0] = '\0';
+		image_serve_stop(s);
+		return r;
+	}
+	for (; s->nthreads < SERVE_THREADS; s->nthreads++)
+		if (pthread_create(&s->threads[s->nthreads], NULL, serve_thread, s) != 0)
+			break;
+	if (!s->nthreads) {
+		image_serve_stop(s);
+		return -EAGAIN;
+	}
+	*out = s;
+	return 0;
+}
+
+void image_serve_ready(struct image_server *s, size_t i, uint64_t ready)
+{
+	pthread_mutex_lock(&s->lock);
+	s->files[i].ready = ready;
+	pthread_cond_broadcast(&s->changed);
+	pthread_mutex_unlock(&s->lock);
+}
+
+void image_serve_fail(struct image_server *s)
+{
+	pthread_mutex_lock(&s->lock);
+	s->failed = true;
+	pthread_cond_broadcast(&s->changed);
+	pthread_mutex_unlock(&s->lock);
+}
+
+void image_serve_stop(struct image_server *s)
+{
+	uint64_t one = 1;
+
+	if (!s)
+		return;
+	image_serve_fail(s);
+	if (s->nthreads && write(s->wake, &one, sizeof(one)) < 0)
+		fprintf(stderr, "stasis: image server: stopping: %s\n", strerror(errno));
+	for (unsigned int i = 0; i < s->nthreads; i++)
+		pthread_join(s->threads[i], NULL);
+	/* Closing the last descriptor aborts what a reader still waits for. */
+	if (s->fd >= 0)
+		close(s->fd);
+	if (s->mnt[0] && umount2(s->mnt, MNT_DETACH) < 0)
+		fprintf(stderr, "stasis: unmounting %s: %s\n", s->mnt, strerror(errno));
+	if (s->wake >= 0)
+		close(s->wake);
+	pthread_cond_destroy(&s->changed);
+	pthread_mutex_destroy(&s->lock);
+	free(s);
+}

@@ -1,0 +1,36 @@
+/* SPDX-License-Identifier: MIT */
+/* Serving files that are still being written: a read-only FUSE folder
+ * whose reads wait until the bytes they ask for are there. A compressed
+ * image's pages images are restored through it while they are being
+ * decompressed. Internal to the library. */
+#ifndef STASIS_IMAGE_SERVE_H
+#define STASIS_IMAGE_SERVE_H
+
+#include <limits.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct serve_file {
+	char name[NAME_MAX + 1];
+	const unsigned char *data; /* size bytes, filled from the start on */
+	uint64_t size;
+	uint64_t ready; /* how many of them are there: see image_serve_ready */
+};
+
+struct image_server;
+
+/* Mounts the folder mnt (which must exist and be empty) serving files,
+ * none of it ready yet. Needs CAP_SYS_ADMIN and /dev/fuse; -errno when
+ * either is missing, and nothing is left mounted. files must outlive the
+ * server. */
+int image_serve_start(const char *mnt, struct serve_file *files, size_t nfiles,
+		      struct image_server **out);
+/* The first ready bytes of file i are there; reads up to them go on. */
+void image_serve_ready(struct image_server *s, size_t i, uint64_t ready);
+/* No more bytes will come: reads still waiting, and later ones, fail with
+ * EIO. */
+void image_serve_fail(struct image_server *s);
+/* Fails what waits, unmounts and frees; NULL is allowed. */
+void image_serve_stop(struct image_server *s);
+
+#endif

@@ -1,0 +1,192 @@
+/* SPDX-License-Identifier: MIT */
+/* The FUSE folder that serves files while they are filled: a read must
+ * wait for its bytes, give exactly them, and fail once no more will come.
+ * Mounting needs root and /dev/fuse; without them the tests skip. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "image-serve.h"
+
+#define MIB (1u << 20)
+#define FILE_LEN (8 * MIB + 12288) /* not a whole number of reads */
+
+static char mnt[64];
+static unsigned char *data;
+static struct serve_file files[2];
+static struct image_server *server;
+
+static int setup(void **state)
+{
+	(void)state;
+	snprintf(mnt, sizeof(mnt), "/tmp/stasis-test-serve-XXXXXX");
+	assert_non_null(mkdtemp(mnt));
+	data = malloc(FILE_LEN);
+	assert_non_null(data);
+	for (size_t i = 0; i < FILE_LEN; i++)
+		data[i] = (unsigned char)((i * 2654435761u) >> 11);
+	memset(files, 0, sizeof(files));
+	snprintf(files[0].name, sizeof(files[0].name), "pages-1.img");
+	files[0].data = data;
+	files[0].size = FILE_LEN;
+	snprintf(files[1].name, sizeof(files[1].name), "pages-2.img");
+	files[1].data = data;
+	files[1].size = MIB;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	image_serve_stop(server);
+	server = NULL;
+	rmdir(mnt);
+	free(data);
+	return 0;
+}
+
+static bool start_or_skip(void)
+{
+	int r = image_serve_start(mnt, files, 2, &server);
+
+	if (r == -EPERM || r == -ENOENT || r == -ENODEV || r == -EACCES) {
+		fprintf(stderr, "no FUSE here (%s): skipped\n", strerror(-r));
+		return false;
+	}
+	assert_int_equal(r, 0);
+	return r == 0;
+}
+
+struct reader {
+	const char *name;
+	size_t off, len;
+	unsigned char *buf;
+	ssize_t got;
+	int error;
+	atomic_bool done;
+};
+
+static void *read_file(void *arg)
+{
+	struct reader *rd = arg;
+	char path[4096];
+	int fd;
+
+	snprintf(path, sizeof(path), "%s/%s", mnt, rd->name);
+	fd = open(path, O_RDONLY);
+	rd->got = fd < 0 ? -1 : pread(fd, rd->buf, rd->len, (off_t)rd->off);
+	rd->error = rd->got < 0 ? errno : 0;
+	if (fd >= 0)
+		close(fd);
+	atomic_store(&rd->done, true);
+	return NULL;
+}
+
+static void sleep_ms(long ms)
+{
+	struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000};
+
+	nanosleep(&ts, NULL);
+}
+
+/* A read past what is ready waits; it returns the right bytes once they
+ * come, including a short last read. */
+static void read_waits_for_its_bytes(void **state)
+{
+	struct reader rd = {.name = "pages-1.img", .off = 5 * MIB, .len = 4 * MIB};
+	pthread_t t;
+
+	(void)state;
+	if (!start_or_skip())
+		return;
+	rd.buf = malloc(rd.len);
+	image_serve_ready(server, 0, 6 * MIB);
+	assert_int_equal(pthread_create(&t, NULL, read_file, &rd), 0);
+	sleep_ms(200);
+	assert_false(atomic_load(&rd.done));
+	image_serve_ready(server, 0, FILE_LEN);
+	pthread_join(t, NULL);
+	assert_int_equal(rd.got, FILE_LEN - 5 * MIB);
+	assert_memory_equal(rd.buf, data + 5 * MIB, (size_t)rd.got);
+	free(rd.buf);
+}
+
+/* The whole file in one preadv of several buffers, as CRIU's restorer
+ * reads: every byte where it belongs. */
+static void whole_file_in_one_preadv(void **state)
+{
+	char path[4096];
+	unsigned char *buf = malloc(FILE_LEN);
+	struct iovec iov[3] = {
+	    {buf, 12288}, {buf + 12288, 3 * MIB}, {buf + 12288 + 3 * MIB, 5 * MIB}};
+	struct stat st;
+	int fd;
+
+	(void)state;
+	if (!start_or_skip()) {
+		free(buf);
+		return;
+	}
+	image_serve_ready(server, 0, FILE_LEN);
+	snprintf(path, sizeof(path), "%s/pages-1.img", mnt);
+	assert_int_equal(stat(path, &st), 0);
+	assert_int_equal(st.st_size, FILE_LEN);
+	fd = open(path, O_RDONLY);
+	assert_true(fd >= 0);
+	assert_int_equal(preadv(fd, iov, 3, 0), FILE_LEN);
+	assert_memory_equal(buf, data, FILE_LEN);
+	close(fd);
+	free(buf);
+}
+
+/* Once no more bytes will come, a waiting read fails, and so does the
+ * next; writing and unknown names are refused. */
+static void fail_wakes_readers(void **state)
+{
+	struct reader rd = {.name = "pages-2.img", .off = 0, .len = MIB};
+	char path[4096];
+	pthread_t t;
+
+	(void)state;
+	if (!start_or_skip())
+		return;
+	rd.buf = malloc(rd.len);
+	assert_int_equal(pthread_create(&t, NULL, read_file, &rd), 0);
+	sleep_ms(100);
+	assert_false(atomic_load(&rd.done));
+	image_serve_fail(server);
+	pthread_join(t, NULL);
+	assert_int_equal(rd.got, -1);
+	assert_int_equal(rd.error, EIO);
+	snprintf(path, sizeof(path), "%s/pages-2.img", mnt);
+	assert_true(open(path, O_WRONLY) < 0);
+	snprintf(path, sizeof(path), "%s/pages-3.img", mnt);
+	assert_true(open(path, O_RDONLY) < 0);
+	assert_int_equal(errno, ENOENT);
+	free(rd.buf);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test_setup_teardown(read_waits_for_its_bytes, setup, teardown),
+	    cmocka_unit_test_setup_teardown(whole_file_in_one_preadv, setup, teardown),
+	    cmocka_unit_test_setup_teardown(fail_wakes_readers, setup, teardown),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
