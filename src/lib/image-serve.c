@@ -5,8 +5,9 @@
  * runs while the image is decompressed instead of after it. The files are
  * opened for direct I/O: each reply is copied once, from the decompressed
  * buffer straight into the memory CRIU restores, with no page cache
- * between. The protocol is spoken over /dev/fuse directly: a reader makes
- * a handful of requests, which need no library. */
+ * between, and a block read whole is given back at once, so that the
+ * restore does not hold the image in memory twice. The protocol is spoken over /dev/fuse directly:
+ * a reader makes a handful of requests, which need no library. */
 #include "image-serve.h"
 
 #include <errno.h>
@@ -19,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
@@ -34,6 +36,16 @@
 #define FIRST_FILE_ID (FUSE_ROOT_ID + 1)
 /* Nothing here changes its name or size: let the kernel cache that. */
 #define VALID_SECS 3600
+#define PAGE 4096u
+#define BLOCK_PAGES (SERVE_BLOCK / PAGE)
+
+/* Which pages of a block were read. Once all were, it is given back:
+ * reading it again would read zeros. One read twice keeps its block. */
+struct serve_block {
+	uint64_t read[BLOCK_PAGES / 64];
+	uint16_t nread;
+	enum { BLOCK_LIVE, BLOCK_FREED, BLOCK_KEPT } state;
+};
 
 struct image_server {
 	int fd;
@@ -48,15 +60,18 @@ struct image_server {
 	unsigned int nthreads;
 };
 
-static void reply(struct image_server *s, uint64_t unique, int error, const void *arg, size_t len)
+static bool reply(struct image_server *s, uint64_t unique, int error, const void *arg, size_t len)
 {
 	struct fuse_out_header h = {
 	    .len = (uint32_t)(sizeof(h) + (error ? 0 : len)), .error = error, .unique = unique};
 	struct iovec iov[2] = {{&h, sizeof(h)}, {(void *)arg, len}};
 
+	if (writev(s->fd, iov, error || !len ? 1 : 2) >= 0)
+		return true;
 	/* ENOENT: the reader was interrupted and no longer waits. */
-	if (writev(s->fd, iov, error || !len ? 1 : 2) < 0 && errno != ENOENT)
+	if (errno != ENOENT)
 		fprintf(stderr, "stasis: image server: reply: %s\n", strerror(errno));
+	return false;
 }
 
 static struct serve_file *file_of(struct image_server *s, uint64_t id)
@@ -142,6 +157,44 @@ static void serve_open(struct image_server *s, const struct fuse_in_header *in,
 	reply(s, in->unique, 0, &out, sizeof(out));
 }
 
+static uint64_t block_len(const struct serve_file *f, uint64_t b)
+{
+	uint64_t start = b * SERVE_BLOCK;
+
+	return f->size - start < SERVE_BLOCK ? f->size - start : SERVE_BLOCK;
+}
+
+/* Under the lock. */
+static bool given_back(const struct serve_file *f, uint64_t off, uint64_t end)
+{
+	for (uint64_t b = off / SERVE_BLOCK; b * SERVE_BLOCK < end; b++)
+		if (f->blocks[b].state == BLOCK_FREED)
+			return true;
+	return false;
+}
+
+/* Under the lock: [off, end) was sent. Marks its pages read; a block
+ * whose pages were all read is given back. CRIU reads pages into pages; a
+ * read cut elsewhere keeps its blocks, as does a page read twice. */
+static void count_read(struct serve_file *f, uint64_t off, uint64_t end)
+{
+	bool whole = off % PAGE == 0 && (end % PAGE == 0 || end == f->size);
+
+	for (uint64_t p = off / PAGE; p * PAGE < end; p++) {
+		struct serve_block *blk = &f->blocks[p / BLOCK_PAGES];
+		uint64_t bit = 1ull << (p % 64), *word = &blk->read[p % BLOCK_PAGES / 64];
+		uint64_t b = p / BLOCK_PAGES;
+
+		if (!whole || (*word & bit))
+			blk->state = BLOCK_KEPT;
+		*word |= bit;
+		if (blk->state != BLOCK_LIVE || ++blk->nread != (block_len(f, b) + PAGE - 1) / PAGE)
+			continue;
+		madvise(f->data + b * SERVE_BLOCK, block_len(f, b), MADV_DONTNEED);
+		blk->state = BLOCK_FREED;
+	}
+}
+
 /* Waits until the bytes asked for are there, and sends them. */
 static void serve_read(struct image_server *s, const struct fuse_in_header *in,
 		       const struct fuse_read_in *arg)
@@ -162,12 +215,17 @@ static void serve_read(struct image_server *s, const struct fuse_in_header *in,
 	pthread_mutex_lock(&s->lock);
 	while (f->ready < end && !s->failed)
 		pthread_cond_wait(&s->changed, &s->lock);
-	failed = f->ready < end;
+	failed = f->ready < end || given_back(f, arg->offset, end);
 	pthread_mutex_unlock(&s->lock);
-	if (failed)
+	if (failed) {
 		reply(s, in->unique, -EIO, NULL, 0);
-	else
-		reply(s, in->unique, 0, f->data + arg->offset, (size_t)(end - arg->offset));
+		return;
+	}
+	if (!reply(s, in->unique, 0, f->data + arg->offset, (size_t)(end - arg->offset)))
+		return;
+	pthread_mutex_lock(&s->lock);
+	count_read(f, arg->offset, end);
+	pthread_mutex_unlock(&s->lock);
 }
 
 static void serve_request(struct image_server *s, const struct fuse_in_header *in)
@@ -262,7 +320,14 @@ int image_serve_start(const char *mnt, struct serve_file *files, size_t nfiles,
 	pthread_mutex_init(&s->lock, NULL);
 	pthread_cond_init(&s->changed, NULL);
 	s->wake = eventfd(0, EFD_CLOEXEC);
-	r = s->wake < 0 ? -errno : serve_mount(s);
+	r = s->wake < 0 ? -errno : 0;
+	for (size_t i = 0; r == 0 && i < nfiles; i++) {
+		files[i].blocks = calloc(files[i].size / SERVE_BLOCK + 1, sizeof(*files[i].blocks));
+		if (!files[i].blocks)
+			r = -ENOMEM;
+	}
+	if (r == 0)
+		r = serve_mount(s);
 	if (r < 0) {
 		if (s->fd >= 0)
 			close(s->fd);
@@ -316,6 +381,10 @@ void image_serve_stop(struct image_server *s)
 		fprintf(stderr, "stasis: unmounting %s: %s\n", s->mnt, strerror(errno));
 	if (s->wake >= 0)
 		close(s->wake);
+	for (size_t i = 0; i < s->nfiles; i++) {
+		free(s->files[i].blocks);
+		s->files[i].blocks = NULL;
+	}
 	pthread_cond_destroy(&s->changed);
 	pthread_mutex_destroy(&s->lock);
 	free(s);

@@ -2,7 +2,9 @@
 /* Serving files that are still being written: a read-only FUSE folder
  * whose reads wait until the bytes they ask for are there. A compressed
  * image's pages images are restored through it while they are being
- * decompressed. Internal to the library. */
+ * decompressed. Each byte may be read once: what was read is given back to
+ * the system, and reading it again fails with EIO. Internal to the
+ * library. */
 #ifndef STASIS_IMAGE_SERVE_H
 #define STASIS_IMAGE_SERVE_H
 
@@ -10,12 +12,18 @@
 #include <stddef.h>
 #include <stdint.h>
 
+struct serve_block;
+
 struct serve_file {
 	char name[NAME_MAX + 1];
-	const unsigned char *data; /* size bytes, filled from the start on */
+	unsigned char *data; /* size bytes, filled from the start on */
 	uint64_t size;
-	uint64_t ready; /* how many of them are there: see image_serve_ready */
+	uint64_t ready;		    /* how many of them are there: see image_serve_ready */
+	struct serve_block *blocks; /* what was read of each SERVE_BLOCK: the server's */
 };
+
+/* What is read is given back to the system by blocks of this size. */
+#define SERVE_BLOCK (2u << 20)
 
 struct image_server;
 

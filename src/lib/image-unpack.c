@@ -26,6 +26,9 @@
 
 /* Read this much at a time; a frame cut at the end moves to the next. */
 #define READ_CHUNK (32u << 20)
+/* Ask the disk this far ahead, so that it reads on while this thread
+ * hashes and hands out what it has. */
+#define READ_AHEAD (4 * READ_CHUNK)
 #define QUEUE_LEN 64
 
 #ifndef MADV_POPULATE_WRITE
@@ -60,7 +63,7 @@ struct unpacker {
 	pthread_t workers[PACK_MAX_THREADS];
 	unsigned int nworkers;
 	const atomic_bool *cancel;
-	const struct unpack_sink *sink;
+	struct unpack_sink *sink;
 };
 
 /* One compressed file: where it goes and how far it got. */
@@ -280,11 +283,14 @@ static void chunk_release(struct unpacker *u, struct chunk *c)
 }
 
 /* Read into c->data from *len on until READ_CHUNK or the end. */
-static int fill(struct unpack_file *f, struct chunk *c, size_t *len, bool *eof)
+static int fill(struct unpacker *u, struct unpack_file *f, struct chunk *c, size_t *len, bool *eof)
 {
+	posix_fadvise(f->in, (off_t)(f->read + READ_CHUNK), READ_AHEAD, POSIX_FADV_WILLNEED);
 	while (*len < READ_CHUNK && !*eof) {
+		uint64_t start = now_usec();
 		ssize_t n = read(f->in, c->data + *len, CHUNK_CAP - *len);
 
+		u->sink->read_usec += now_usec() - start;
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0)
@@ -319,7 +325,7 @@ static int read_frames(struct unpacker *u, struct unpack_file *f)
 			memcpy(c->data, prev->data + prev_used, carry);
 		chunk_release(u, prev);
 		prev = c;
-		r = fill(f, c, &len, &eof);
+		r = fill(u, f, c, &len, &eof);
 		if (r == 0 && u->cancel && atomic_load(u->cancel))
 			r = -ECANCELED;
 		if (r == 0)
@@ -379,7 +385,7 @@ static void stop_workers(struct unpacker *u)
 }
 
 int image_unpack(int dirfd, const struct manifest *m, struct manifest_file *actual,
-		 const struct unpack_sink *sink, const atomic_bool *cancel, size_t *failed)
+		 struct unpack_sink *sink, const atomic_bool *cancel, size_t *failed)
 {
 	struct unpacker u = {.cancel = cancel, .sink = sink};
 	int r = 0;

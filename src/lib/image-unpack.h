@@ -12,11 +12,13 @@
 
 /* Where the pages go: maps[i] holds the unpacked_size bytes of the
  * manifest's file i; ready, if set, hears each time more of file i is
- * whole from its start (bytes). */
+ * whole from its start (bytes). read_usec adds up the time spent waiting
+ * for the compressed files to be read. */
 struct unpack_sink {
 	unsigned char *const *maps;
 	void (*ready)(void *ctx, size_t i, uint64_t bytes);
 	void *ctx;
+	uint64_t read_usec;
 };
 
 /* Decompress every compressed pages image of m (names relative to dirfd)
@@ -24,6 +26,6 @@ struct unpack_sink {
  * with -ECANCELED once *cancel is set; on failure *failed is the index of
  * the file. */
 int image_unpack(int dirfd, const struct manifest *m, struct manifest_file *actual,
-		 const struct unpack_sink *sink, const atomic_bool *cancel, size_t *failed);
+		 struct unpack_sink *sink, const atomic_bool *cancel, size_t *failed);
 
 #endif

@@ -139,6 +139,7 @@ struct image_verifier {
 	atomic_bool cancel;
 	int result; /* -errno of the hashing */
 	size_t failed;
+	uint64_t unpack_usec, unpack_read_usec; /* how long it took, and read */
 };
 
 static void pages_ready(void *ctx, size_t i, uint64_t bytes)
@@ -153,10 +154,13 @@ static void *verify_pages(void *arg)
 	struct image_verifier *v = arg;
 	struct unpack_sink sink = {
 	    .maps = v->maps, .ready = v->server ? pages_ready : NULL, .ctx = v};
+	uint64_t start = now_usec();
 
-	if (v->stage[0])
+	if (v->stage[0]) {
 		v->result = image_unpack(v->dirfd, v->m, v->actual, &sink, &v->cancel, &v->failed);
-	else
+		v->unpack_usec = now_usec() - start;
+		v->unpack_read_usec = sink.read_usec;
+	} else
 		v->result = hash_files(v->dirfd, v->actual, v->m->nfiles, hash_skip_all_but_pages,
 				       &v->cancel, &v->failed);
 	/* Whoever reads what will not come fails instead of waiting. */
@@ -420,6 +424,14 @@ int image_verify_stop(struct image_verifier *v, struct stasis_error **err)
 		v->running = false;
 	}
 	return v->result == -ECANCELED ? 0 : verify_result(v, err);
+}
+
+void image_verifier_record(const struct image_verifier *v, struct manifest *m)
+{
+	if (!v->unpack_usec)
+		return;
+	manifest_add_phase(m, "unpack", v->unpack_usec);
+	manifest_add_phase(m, "unpack_read", v->unpack_read_usec);
 }
 
 bool image_verifier_serves(const struct image_verifier *v)

@@ -64,6 +64,10 @@ int image_verify_wait(struct image_verifier *v, struct stasis_error **err);
 int image_verify_stop(struct image_verifier *v, struct stasis_error **err);
 /* The folder CRIU restores from: DIR/criu, or the staging folder. */
 const char *image_verifier_criu_dir(const struct image_verifier *v);
+/* Adds how long the decompression took ("unpack", which overlaps CRIU's
+ * restore when served) and how much of it was spent reading
+ * ("unpack_read") to m's phases, when there was one. */
+void image_verifier_record(const struct image_verifier *v, struct manifest *m);
 /* Whether CRIU may read a compressed image's pages before they are all
  * decompressed. */
 bool image_verifier_serves(const struct image_verifier *v);

@@ -200,6 +200,7 @@ static int restore_locked(const struct stasis_restore_options *o, struct manifes
 			r = post_restore.result;
 		else if (r < 0)
 			r = image_cause(verifier, r, err);
+		image_verifier_record(verifier, m);
 		/* Before the GPU restore, which needs the memory. */
 		image_verifier_unstage(verifier);
 	}
