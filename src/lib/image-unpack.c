@@ -30,6 +30,10 @@
  * hashes and hands out what it has. */
 #define READ_AHEAD (4 * READ_CHUNK)
 #define QUEUE_LEN 64
+#define CHUNK_CAP (READ_CHUNK + ZSTD_COMPRESSBOUND(PACK_FRAME) + PACK_MARK_LEN)
+/* Read buffers kept for reuse: fresh memory is slow to fill in a VM, and
+ * the disk would wait for it. */
+#define SPARE_CHUNKS 16
 
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23
@@ -64,6 +68,8 @@ struct unpacker {
 	unsigned int nworkers;
 	const atomic_bool *cancel;
 	struct unpack_sink *sink;
+	struct chunk *spare[SPARE_CHUNKS];
+	size_t nspare;
 };
 
 /* One compressed file: where it goes and how far it got. */
@@ -83,10 +89,15 @@ struct unpack_file {
 	size_t nmarks, cap, whole;
 };
 
-static void chunk_put(struct chunk *c)
+/* Under the lock. */
+static void chunk_put(struct unpacker *u, struct chunk *c)
 {
 	if (--c->refs)
 		return;
+	if (u->nspare < SPARE_CHUNKS) {
+		u->spare[u->nspare++] = c;
+		return;
+	}
 	free(c->data);
 	free(c);
 }
@@ -165,7 +176,7 @@ static void *unpack_worker(void *arg)
 			u->error = r;
 		if (r == 0 && !skip)
 			frame_done(u, j.file, j.seq);
-		chunk_put(j.chunk);
+		chunk_put(u, j.chunk);
 		u->busy--;
 		pthread_cond_broadcast(&u->changed);
 	}
@@ -258,15 +269,17 @@ static int split_frames(struct unpacker *u, struct unpack_file *f, struct chunk 
 	return r;
 }
 
-#define CHUNK_CAP (READ_CHUNK + ZSTD_COMPRESSBOUND(PACK_FRAME) + PACK_MARK_LEN)
-
-static struct chunk *chunk_new(void)
+static struct chunk *chunk_new(struct unpacker *u)
 {
-	struct chunk *c = calloc(1, sizeof(*c));
+	struct chunk *c = NULL;
 
-	if (c && !(c->data = malloc(CHUNK_CAP))) {
+	pthread_mutex_lock(&u->lock);
+	if (u->nspare)
+		c = u->spare[--u->nspare];
+	pthread_mutex_unlock(&u->lock);
+	if (!c && (c = calloc(1, sizeof(*c))) && !(c->data = malloc(CHUNK_CAP))) {
 		free(c);
-		return NULL;
+		c = NULL;
 	}
 	if (c)
 		c->refs = 1;
@@ -278,7 +291,7 @@ static void chunk_release(struct unpacker *u, struct chunk *c)
 	if (!c)
 		return;
 	pthread_mutex_lock(&u->lock);
-	chunk_put(c);
+	chunk_put(u, c);
 	pthread_mutex_unlock(&u->lock);
 }
 
@@ -314,7 +327,7 @@ static int read_frames(struct unpacker *u, struct unpack_file *f)
 
 	posix_fadvise(f->in, 0, 0, POSIX_FADV_SEQUENTIAL);
 	while (!eof && r == 0) {
-		struct chunk *c = chunk_new();
+		struct chunk *c = chunk_new(u);
 		size_t len = carry, used = 0;
 
 		if (!c) {
@@ -404,6 +417,10 @@ int image_unpack(int dirfd, const struct manifest *m, struct manifest_file *actu
 		r = unpack_file(&u, dirfd, &m->files[i], i, &actual[i]);
 	}
 	stop_workers(&u);
+	for (size_t i = 0; i < u.nspare; i++) {
+		free(u.spare[i]->data);
+		free(u.spare[i]);
+	}
 	pthread_cond_destroy(&u.changed);
 	pthread_mutex_destroy(&u.lock);
 	return r;
