@@ -55,7 +55,8 @@ struct image_server {
 	size_t nfiles;
 	pthread_mutex_t lock;
 	pthread_cond_t changed;
-	bool failed; /* under lock, with files[].ready */
+	bool failed;				 /* under lock, with files[].ready */
+	uint64_t started, first_read, last_read; /* now_usec(); reads: under lock */
 	pthread_t threads[SERVE_THREADS];
 	unsigned int nthreads;
 };
@@ -225,6 +226,9 @@ static void serve_read(struct image_server *s, const struct fuse_in_header *in,
 		return;
 	pthread_mutex_lock(&s->lock);
 	count_read(f, arg->offset, end);
+	s->last_read = now_usec();
+	if (!s->first_read)
+		s->first_read = s->last_read;
 	pthread_mutex_unlock(&s->lock);
 }
 
@@ -336,6 +340,7 @@ int image_serve_start(const char *mnt, struct serve_file *files, size_t nfiles,
 		image_serve_stop(s);
 		return r;
 	}
+	s->started = now_usec();
 	for (; s->nthreads < SERVE_THREADS; s->nthreads++)
 		if (pthread_create(&s->threads[s->nthreads], NULL, serve_thread, s) != 0)
 			break;
@@ -352,6 +357,14 @@ void image_serve_ready(struct image_server *s, size_t i, uint64_t ready)
 	pthread_mutex_lock(&s->lock);
 	s->files[i].ready = ready;
 	pthread_cond_broadcast(&s->changed);
+	pthread_mutex_unlock(&s->lock);
+}
+
+void image_serve_times(struct image_server *s, uint64_t *first, uint64_t *last)
+{
+	pthread_mutex_lock(&s->lock);
+	*first = s->first_read ? s->first_read - s->started : 0;
+	*last = s->last_read ? s->last_read - s->started : 0;
 	pthread_mutex_unlock(&s->lock);
 }
 

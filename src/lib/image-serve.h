@@ -35,6 +35,9 @@ int image_serve_start(const char *mnt, struct serve_file *files, size_t nfiles,
 		      struct image_server **out);
 /* The first ready bytes of file i are there; reads up to them go on. */
 void image_serve_ready(struct image_server *s, size_t i, uint64_t ready);
+/* When, after the start, the first and the last read were answered
+ * (microseconds; 0 for none). */
+void image_serve_times(struct image_server *s, uint64_t *first, uint64_t *last);
 /* No more bytes will come: reads still waiting, and later ones, fail with
  * EIO. */
 void image_serve_fail(struct image_server *s);

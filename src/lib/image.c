@@ -428,10 +428,17 @@ int image_verify_stop(struct image_verifier *v, struct stasis_error **err)
 
 void image_verifier_record(const struct image_verifier *v, struct manifest *m)
 {
+	uint64_t first, last;
+
 	if (!v->unpack_usec)
 		return;
 	manifest_add_phase(m, "unpack", v->unpack_usec);
 	manifest_add_phase(m, "unpack_read", v->unpack_read_usec);
+	if (!v->server)
+		return;
+	image_serve_times(v->server, &first, &last);
+	manifest_add_phase(m, "serve_first_read", first);
+	manifest_add_phase(m, "serve_last_read", last);
 }
 
 bool image_verifier_serves(const struct image_verifier *v)

@@ -66,7 +66,9 @@ int image_verify_stop(struct image_verifier *v, struct stasis_error **err);
 const char *image_verifier_criu_dir(const struct image_verifier *v);
 /* Adds how long the decompression took ("unpack", which overlaps CRIU's
  * restore when served) and how much of it was spent reading
- * ("unpack_read") to m's phases, when there was one. */
+ * ("unpack_read") to m's phases, when there was one; when the pages were
+ * served, also when CRIU's first and last reads were answered, from the
+ * start of serving ("serve_first_read", "serve_last_read"). */
 void image_verifier_record(const struct image_verifier *v, struct manifest *m);
 /* Whether CRIU may read a compressed image's pages before they are all
  * decompressed. */
