@@ -76,6 +76,21 @@ static bool start_or_skip(void)
 	return r == 0;
 }
 
+/* Serves pages-1.img whole and opens it; -1 when there is no FUSE here. */
+static int open_served(void)
+{
+	char path[4096];
+	int fd;
+
+	if (!start_or_skip())
+		return -1;
+	image_serve_ready(server, 0, FILE_LEN);
+	snprintf(path, sizeof(path), "%s/pages-1.img", mnt);
+	fd = open(path, O_RDONLY);
+	assert_true(fd >= 0);
+	return fd;
+}
+
 struct reader {
 	const char *name;
 	size_t off, len;
@@ -134,7 +149,6 @@ static void read_waits_for_its_bytes(void **state)
  * reads: every byte where it belongs. */
 static void whole_file_in_one_preadv(void **state)
 {
-	char path[4096];
 	unsigned char *buf = malloc(FILE_LEN);
 	struct iovec iov[3] = {
 	    {buf, 12288}, {buf + 12288, 3 * MIB}, {buf + 12288 + 3 * MIB, 5 * MIB}};
@@ -142,16 +156,12 @@ static void whole_file_in_one_preadv(void **state)
 	int fd;
 
 	(void)state;
-	if (!start_or_skip()) {
+	if ((fd = open_served()) < 0) {
 		free(buf);
 		return;
 	}
-	image_serve_ready(server, 0, FILE_LEN);
-	snprintf(path, sizeof(path), "%s/pages-1.img", mnt);
-	assert_int_equal(stat(path, &st), 0);
+	assert_int_equal(fstat(fd, &st), 0);
 	assert_int_equal(st.st_size, FILE_LEN);
-	fd = open(path, O_RDONLY);
-	assert_true(fd >= 0);
 	assert_int_equal(preadv(fd, iov, 3, 0), FILE_LEN);
 	assert_memory_equal(buf, expect, FILE_LEN);
 	close(fd);
@@ -191,18 +201,13 @@ static void fail_wakes_readers(void **state)
 static void read_blocks_are_given_back(void **state)
 {
 	unsigned char *buf = aligned_alloc(4096, SERVE_BLOCK); /* as CRIU reads */
-	char path[4096];
 	int fd;
 
 	(void)state;
-	if (!start_or_skip()) {
+	if ((fd = open_served()) < 0) {
 		free(buf);
 		return;
 	}
-	image_serve_ready(server, 0, FILE_LEN);
-	snprintf(path, sizeof(path), "%s/pages-1.img", mnt);
-	fd = open(path, O_RDONLY);
-	assert_true(fd >= 0);
 	assert_int_equal(pread(fd, buf, SERVE_BLOCK, 0), SERVE_BLOCK);
 	assert_memory_equal(buf, expect, SERVE_BLOCK);
 	/* Given back (so reading as zeros) just after the reply. */
