@@ -185,7 +185,7 @@ static int check_stage_room(const struct manifest *m, bool in_files, struct stas
 	const char *root = image_stage_root();
 	uint64_t need = unpacked_bytes(m), room = preflight_mem_available();
 	struct statfs sfs;
-	char a[32], b[32];
+	char a[32], b[32], where[PATH_MAX + 32] = "memory";
 
 	if (in_files && statfs(root, &sfs) < 0)
 		return stasis_error_errno(err, errno, "staging folder %s: %s", root,
@@ -196,16 +196,10 @@ static int check_stage_room(const struct manifest *m, bool in_files, struct stas
 	if (need <= room)
 		return 0;
 	if (in_files)
-		stasis_error_set(err, ENOSPC, STASIS_DOMAIN_USAGE, 0,
-				 "the compressed image unpacks to %s, the staging folder %s has "
-				 "room for %s",
-				 format_bytes(need, a, sizeof(a)), root,
-				 format_bytes(room, b, sizeof(b)));
-	else
-		stasis_error_set(err, ENOSPC, STASIS_DOMAIN_USAGE, 0,
-				 "the compressed image unpacks to %s, memory has room for %s",
-				 format_bytes(need, a, sizeof(a)),
-				 format_bytes(room, b, sizeof(b)));
+		snprintf(where, sizeof(where), "the staging folder %s", root);
+	stasis_error_set(err, ENOSPC, STASIS_DOMAIN_USAGE, 0,
+			 "the compressed image unpacks to %s, %s has room for %s",
+			 format_bytes(need, a, sizeof(a)), where, format_bytes(room, b, sizeof(b)));
 	return stasis_error_hint(err, "free memory, or set STASIS_STAGE_DIR to a roomier folder");
 }
 
@@ -218,12 +212,50 @@ static void staged_name(const char *packed, char *out, size_t len)
 	snprintf(out, len, "%.*s", (int)(strlen(base) - strlen(IMAGE_PACKED_SUFFIX)), base);
 }
 
+/* Memory for each compressed pages image's decompressed bytes: served,
+ * anonymous memory (listed in v->served); else a file NAME.img of the
+ * staging folder, mapped. */
+static int map_pages(struct image_verifier *v, int stagefd, bool served)
+{
+	int flags = served ? MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE : MAP_SHARED;
+
+	for (size_t i = 0; i < v->m->nfiles; i++) {
+		const struct manifest_file *mf = &v->m->files[i];
+		struct serve_file *f = &v->served[v->nserved];
+		char name[NAME_MAX + 1];
+		_cleanup_close_ int fd = -1; /* stays -1 for anonymous memory */
+		void *map = NULL;
+
+		if (!image_is_packed_file(mf->name))
+			continue;
+		staged_name(mf->name, name, sizeof(name));
+		if (!served && ((fd = openat(stagefd, name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC,
+					     0600)) < 0 ||
+				ftruncate(fd, (off_t)mf->unpacked_size) < 0))
+			return -errno;
+		if (mf->unpacked_size &&
+		    (map = mmap(NULL, mf->unpacked_size, PROT_READ | PROT_WRITE, flags, fd, 0)) ==
+			MAP_FAILED)
+			return -errno;
+		if (map)
+			madvise(map, mf->unpacked_size, MADV_HUGEPAGE);
+		v->maps[i] = map;
+		if (!served)
+			continue;
+		snprintf(f->name, sizeof(f->name), "%s", name);
+		f->data = map;
+		f->size = mf->unpacked_size;
+		v->slot[i] = v->nserved++;
+	}
+	return 0;
+}
+
 /* Serve the pages from memory while they are decompressed, through
  * NAME.img links to a FUSE folder: CRIU restores meanwhile. -errno when
  * this machine cannot mount one, with nothing left behind. */
 static int stage_served(struct image_verifier *v, int stagefd)
 {
-	int r = 0;
+	int r;
 
 	if (fault_at("serve", 0))
 		return -EPERM;
@@ -232,26 +264,9 @@ static int stage_served(struct image_verifier *v, int stagefd)
 		v->mnt[0] = '\0';
 		return -errno;
 	}
-	for (size_t i = 0; i < v->m->nfiles; i++) {
-		const struct manifest_file *mf = &v->m->files[i];
-		struct serve_file *f = &v->served[v->nserved];
-		void *map;
-
-		if (!image_is_packed_file(mf->name))
-			continue;
-		map = mf->unpacked_size ? mmap(NULL, mf->unpacked_size, PROT_READ | PROT_WRITE,
-					       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0)
-					: NULL;
-		if (map == MAP_FAILED)
-			return -errno;
-		if (map)
-			madvise(map, mf->unpacked_size, MADV_HUGEPAGE);
-		staged_name(mf->name, f->name, sizeof(f->name));
-		f->data = v->maps[i] = map;
-		f->size = mf->unpacked_size;
-		v->slot[i] = v->nserved++;
-	}
-	r = image_serve_start(v->mnt, v->served, v->nserved, &v->server);
+	r = map_pages(v, stagefd, true);
+	if (r == 0)
+		r = image_serve_start(v->mnt, v->served, v->nserved, &v->server);
 	for (size_t k = 0; r == 0 && k < v->nserved; k++) {
 		char target[PATH_MAX + NAME_MAX];
 
@@ -260,33 +275,6 @@ static int stage_served(struct image_verifier *v, int stagefd)
 			r = -errno;
 	}
 	return r;
-}
-
-/* Without FUSE: decompress into files of the staging folder, which CRIU
- * can read only once they are whole. */
-static int stage_files(struct image_verifier *v, int stagefd)
-{
-	for (size_t i = 0; i < v->m->nfiles; i++) {
-		const struct manifest_file *mf = &v->m->files[i];
-		char name[NAME_MAX + 1];
-		_cleanup_close_ int fd = -1;
-		void *map;
-
-		if (!image_is_packed_file(mf->name))
-			continue;
-		staged_name(mf->name, name, sizeof(name));
-		fd = openat(stagefd, name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-		if (fd < 0 || ftruncate(fd, (off_t)mf->unpacked_size) < 0)
-			return -errno;
-		if (!mf->unpacked_size)
-			continue;
-		map = mmap(NULL, mf->unpacked_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-		if (map == MAP_FAILED)
-			return -errno;
-		madvise(map, mf->unpacked_size, MADV_HUGEPAGE);
-		v->maps[i] = map;
-	}
-	return 0;
 }
 
 /* Stops serving and unmaps the pages; what serving left is removed. */
@@ -346,7 +334,7 @@ static int make_stage(struct image_verifier *v, struct stasis_error **err)
 			unlinkat(stagefd, v->served[k].name, 0);
 		unstage_pages(v);
 		r = check_stage_room(v->m, true, err);
-		if (r == 0 && (r = stage_files(v, stagefd)) < 0)
+		if (r == 0 && (r = map_pages(v, stagefd, false)) < 0)
 			r = stasis_error_errno(err, -r, "staging the pages in %s: %s", v->stage,
 					       strerror(-r));
 	}
