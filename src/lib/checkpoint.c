@@ -197,7 +197,7 @@ static int dump_tree(const struct stasis_checkpoint_options *o, struct manifest 
 	post_dump.follower = NULL;
 	post_dump.packer = NULL;
 	if (o->compress) {
-		r = image_pack_start(o->dir, &post_dump.packer, err);
+		r = image_pack_start(o->dir, m->nprocs, &post_dump.packer, err);
 		if (r < 0)
 			return r;
 		req.images_dir = image_pack_stage(post_dump.packer);

@@ -1,11 +1,14 @@
 /* SPDX-License-Identifier: MIT */
 /* Compressing the image while CRIU writes it. CRIU dumps into a staging
- * folder in memory; a pool of threads takes each pages image there in
- * PACK_FRAME steps as it grows, compresses the steps side by side, writes
- * them in order to DIR/criu/NAME.img.zst and frees the staged bytes it
- * took. A thread of its own starts the writeback of what was written, as
- * the image follower does. At the end the other (small) files are copied
- * over. So the disk sees only the compressed bytes, once. */
+ * folder in memory, where its pages images are pipes (image-pipe.c): a
+ * reader cuts them into PACK_FRAME frames, and a pool of threads
+ * compresses the frames side by side and writes them in order to
+ * DIR/criu/NAME.img.zst. Pages images beyond the pipes, or all of them
+ * where pipes cannot be made, land in the folder as files, which the pool
+ * takes in PACK_FRAME steps as they grow, freeing the staged bytes it took.
+ * A thread of its own starts the writeback of what was written, as the
+ * image follower does. At the end the other (small) files are copied over.
+ * So the disk sees only the compressed bytes, once. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -20,12 +23,18 @@
 #include <xxhash.h>
 #include <zstd.h>
 
+#include "fault.h"
 #include "image-hash.h"
 #include "image-pack.h"
+#include "image-pipe.h"
 #include "image.h"
 #include "util.h"
 
 #define PACK_IDLE_US 2000
+/* Pipes for the pages images beyond one per process: CRIU writes one more
+ * for each shared memory segment it saves. */
+#define PIPES_SPARE 32u
+#define PIPES_MAX 256u
 /* The share of a frame tried both ways to choose between them. */
 #define PACK_SAMPLE (64u << 10)
 #define FLUSH_STEP (64ull << 20)
@@ -97,7 +106,15 @@ struct packed_file {
 	uint64_t written; /* output bytes, in order */
 	uint64_t flushed; /* the flusher's */
 	bool final;	  /* CRIU closed it: final_size is all there is */
+	bool piped;	  /* its frames come from a pipe; in is -1 */
 	uint64_t final_size;
+};
+
+struct pack_job {
+	size_t file;
+	uint64_t frame, offset;
+	size_t len;
+	unsigned char *buf; /* a piped frame, given back once compressed */
 };
 
 struct image_packer {
@@ -105,20 +122,18 @@ struct image_packer {
 	int stagefd, outfd; /* the staging folder, DIR/criu */
 	DIR *stage_dir;
 	pthread_mutex_t lock;
-	pthread_cond_t turn;
+	pthread_cond_t turn, work;
 	struct packed_file *files; /* grows: workers keep indexes */
 	size_t nfiles;
+	struct page_pipes *pipes;
+	unsigned int npipes;
+	struct pack_job *queue; /* piped frames to compress, a ring */
+	size_t qhead, qlen, qcap;
 	pthread_t workers[PACK_MAX_THREADS], flusher;
 	unsigned int nworkers;
 	bool flushing, finishing;
 	atomic_bool stop;
 	int error; /* the first, as -errno */
-};
-
-struct pack_job {
-	size_t file;
-	uint64_t frame, offset;
-	size_t len;
 };
 
 /* One worker's buffers. */
@@ -136,22 +151,19 @@ static bool known(const struct image_packer *p, const char *name)
 	return false;
 }
 
-/* Start packing the staged pages image name, unless it is known. */
-static int add_file(void *ctx, const char *name)
+/* Start packing the pages image name, staged or piped (no input file). */
+static int new_file(struct image_packer *p, const char *name, bool piped)
 {
-	struct image_packer *p = ctx;
-	struct packed_file pf = {.in = -1, .out = -1}, *grown;
+	struct packed_file pf = {.in = -1, .out = -1, .piped = piped}, *grown;
 	char out[NAME_MAX + 1];
 
-	if (known(p, name))
-		return 0;
 	snprintf(out, sizeof(out), "%s%s", name, IMAGE_PACKED_SUFFIX);
 	pf.name = strdup(name);
 	pf.state = XXH3_createState();
 	if (!pf.name || !pf.state)
 		goto nomem;
-	pf.in = openat(p->stagefd, name, O_RDWR | O_CLOEXEC);
-	if (pf.in < 0)
+	/* The pipes' links are not followed: they are read elsewhere. */
+	if (!piped && (pf.in = openat(p->stagefd, name, O_RDWR | O_NOFOLLOW | O_CLOEXEC)) < 0)
 		goto fail;
 	pf.out = openat(p->outfd, out, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
 	if (pf.out < 0)
@@ -178,21 +190,49 @@ fail : {
 }
 }
 
+/* One of the pipes' links, which the pipe reader reads. */
+static bool piped_name(const struct image_packer *p, const char *name)
+{
+	unsigned int id;
+	int end = 0;
+
+	return sscanf(name, "pages-%u.img%n", &id, &end) == 1 && name[end] == '\0' && id >= 1 &&
+	       id <= p->npipes;
+}
+
+/* Start packing the staged pages image name, unless it is known. */
+static int add_file(void *ctx, const char *name)
+{
+	struct image_packer *p = ctx;
+
+	if (piped_name(p, name) || known(p, name))
+		return 0;
+	return new_file(p, name, false);
+}
+
 /* New pages images in the staging folder; under the lock. */
 static int scan(struct image_packer *p)
 {
 	return image_scan_pages(p->stage_dir, add_file, p);
 }
 
-/* The next whole frame CRIU has written, or the last piece of a file it
- * closed; under the lock. */
+/* The next piped frame, else the next whole frame CRIU has written to a
+ * staged file, or the last piece of a file it closed; under the lock. */
 static bool take_job(struct image_packer *p, struct pack_job *job)
 {
+	if (p->qlen) {
+		*job = p->queue[p->qhead];
+		p->qhead = (p->qhead + 1) % p->qcap;
+		p->qlen--;
+		return true;
+	}
 	for (size_t i = 0; i < p->nfiles; i++) {
 		struct packed_file *f = &p->files[i];
 		uint64_t have = f->final_size;
 		struct stat st;
 
+		if (f->piped)
+			continue;
 		if (!f->final) {
 			if (fstat(f->in, &st) < 0)
 				continue;
@@ -208,15 +248,16 @@ static bool take_job(struct image_packer *p, struct pack_job *job)
 	return false;
 }
 
-/* Compress one frame into b->out: shuffled when a sample says that pays. */
-static ssize_t compress_frame(struct pack_buffers *b, size_t len)
+/* Compress the frame raw into b->out: shuffled when a sample says that
+ * pays. */
+static ssize_t compress_frame(struct pack_buffers *b, const unsigned char *raw, size_t len)
 {
 	size_t sample = len < PACK_SAMPLE ? len : PACK_SAMPLE, plain, shuffled, n;
-	const unsigned char *src = b->raw;
+	const unsigned char *src = raw;
 	size_t mark = 0;
 
-	plain = ZSTD_compressCCtx(b->cctx, b->out, b->cap, b->raw, sample, PACK_LEVEL);
-	pack_shuffle(b->raw, b->shuffled, sample);
+	plain = ZSTD_compressCCtx(b->cctx, b->out, b->cap, raw, sample, PACK_LEVEL);
+	pack_shuffle(raw, b->shuffled, sample);
 	shuffled = ZSTD_compressCCtx(b->cctx, b->out, b->cap, b->shuffled, sample, PACK_LEVEL);
 	if (ZSTD_isError(plain) || ZSTD_isError(shuffled))
 		return -EIO;
@@ -235,7 +276,7 @@ static ssize_t compress_frame(struct pack_buffers *b, size_t len)
 		    0,
 		    0};
 
-		pack_shuffle(b->raw, b->shuffled, len);
+		pack_shuffle(raw, b->shuffled, len);
 		src = b->shuffled;
 		memcpy(b->out, mark_frame, PACK_MARK_LEN);
 		mark = PACK_MARK_LEN;
@@ -244,12 +285,18 @@ static ssize_t compress_frame(struct pack_buffers *b, size_t len)
 	return ZSTD_isError(n) ? -EIO : (ssize_t)(mark + n);
 }
 
-/* Read the frame, free it from the staging folder, compress it. */
+/* Compress a piped frame and give it back; or read a staged one, free it
+ * from the staging folder, and compress it. */
 static ssize_t pack_job(struct image_packer *p, const struct pack_job *job, struct pack_buffers *b)
 {
 	int in;
 	ssize_t n;
 
+	if (job->buf) {
+		n = compress_frame(b, job->buf, job->len);
+		page_pipes_give_back(p->pipes, job->buf);
+		return n;
+	}
 	pthread_mutex_lock(&p->lock);
 	in = p->files[job->file].in;
 	pthread_mutex_unlock(&p->lock);
@@ -265,7 +312,7 @@ static ssize_t pack_job(struct image_packer *p, const struct pack_job *job, stru
 	/* CRIU never reads back what it wrote: the memory can go now. */
 	fallocate(in, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)job->offset,
 		  (off_t)job->len);
-	return compress_frame(b, job->len);
+	return compress_frame(b, b->raw, job->len);
 }
 
 /* Append the compressed frame in its turn; called with the lock held. */
@@ -322,11 +369,78 @@ static int buffers_alloc(struct pack_buffers *b)
 	return b->raw && b->shuffled && b->out && b->cctx ? 0 : -ENOMEM;
 }
 
+/* The first error stops the packing; the piped frames still queued go
+ * back, so that the pipe reader keeps taking what CRIU writes until CRIU
+ * is done: it must never wait on a full pipe. Under the lock. */
 static void fail(struct image_packer *p, int r)
 {
 	if (!p->error)
 		p->error = r;
+	for (; p->qlen; p->qlen--, p->qhead = (p->qhead + 1) % p->qcap)
+		page_pipes_give_back(p->pipes, p->queue[p->qhead].buf);
 	pthread_cond_broadcast(&p->turn);
+}
+
+static int piped_file(struct image_packer *p, unsigned int id)
+{
+	char name[NAME_MAX + 1];
+	int r;
+
+	snprintf(name, sizeof(name), "pages-%u.img", id);
+	for (size_t i = 0; i < p->nfiles; i++)
+		if (strcmp(p->files[i].name, name) == 0)
+			return (int)i;
+	r = new_file(p, name, true);
+	return r < 0 ? r : (int)p->nfiles - 1;
+}
+
+/* The pipe reader's: queue a frame of pages-ID.img in its order. */
+static void deliver(void *ctx, unsigned int id, unsigned char *buf, size_t len, bool end)
+{
+	struct image_packer *p = ctx;
+	struct packed_file *f;
+	int i;
+
+	pthread_mutex_lock(&p->lock);
+	i = p->error ? p->error : piped_file(p, id);
+	if (i < 0) {
+		fail(p, i);
+		if (buf)
+			page_pipes_give_back(p->pipes, buf);
+		pthread_mutex_unlock(&p->lock);
+		return;
+	}
+	f = &p->files[i];
+	if (len) {
+		/* As many frames as buffers are out, so the ring has room. */
+		p->queue[(p->qhead + p->qlen++) % p->qcap] =
+		    (struct pack_job){.file = (size_t)i,
+				      .frame = f->next_frame++,
+				      .offset = f->taken,
+				      .len = len,
+				      .buf = buf};
+		f->taken += len;
+		pthread_cond_signal(&p->work);
+	}
+	if (end) {
+		f->final = true;
+		f->final_size = f->taken;
+	}
+	pthread_mutex_unlock(&p->lock);
+}
+
+/* Wait for a piped frame, or PACK_IDLE_US to look at staged files again. */
+static void wait_for_work(struct image_packer *p)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_nsec += PACK_IDLE_US * 1000L;
+	if (ts.tv_nsec >= 1000000000L) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000L;
+	}
+	pthread_cond_timedwait(&p->work, &p->lock, &ts);
 }
 
 static void *pack_worker(void *arg)
@@ -358,9 +472,8 @@ static void *pack_worker(void *arg)
 		r = scan(p);
 		if (r < 0)
 			fail(p, r);
-		pthread_mutex_unlock(&p->lock);
-		usleep(PACK_IDLE_US);
-		pthread_mutex_lock(&p->lock);
+		else
+			wait_for_work(p);
 	}
 	pthread_mutex_unlock(&p->lock);
 	buffers_free(&b);
@@ -408,7 +521,26 @@ static int make_stage(struct image_packer *p, const char *dir)
 	return p->stagefd < 0 || p->outfd < 0 || !p->stage_dir ? -errno : 0;
 }
 
-int image_pack_start(const char *dir, struct image_packer **out, struct stasis_error **err)
+/* Pipes for the first pages images CRIU will write, unless
+ * STASIS_FAULT=pipe says to stage them all as files. Twice as many frames
+ * as compressing threads keep them all busy while the reader fills more. */
+static int start_pipes(struct image_packer *p, size_t nprocs)
+{
+	size_t n = nprocs + PIPES_SPARE < PIPES_MAX ? nprocs + PIPES_SPARE : PIPES_MAX;
+	size_t nbuffers = 2 * (size_t)pack_threads();
+
+	if (fault_at("pipe", 0))
+		return 0;
+	p->queue = calloc(nbuffers, sizeof(*p->queue));
+	if (!p->queue)
+		return -ENOMEM;
+	p->qcap = nbuffers;
+	p->npipes = (unsigned int)n;
+	return page_pipes_start(p->stagefd, p->npipes, nbuffers, PACK_FRAME, deliver, p, &p->pipes);
+}
+
+int image_pack_start(const char *dir, size_t nprocs, struct image_packer **out,
+		     struct stasis_error **err)
 {
 	struct image_packer *p = calloc(1, sizeof(*p));
 	int r;
@@ -418,12 +550,19 @@ int image_pack_start(const char *dir, struct image_packer **out, struct stasis_e
 	p->stagefd = p->outfd = -1;
 	pthread_mutex_init(&p->lock, NULL);
 	pthread_cond_init(&p->turn, NULL);
+	pthread_cond_init(&p->work, NULL);
 	r = make_stage(p, dir);
 	if (r < 0) {
 		stasis_error_errno(err, -r, "creating a staging folder in %s: %s",
 				   image_stage_root(), strerror(-r));
 		image_pack_free(p);
 		return stasis_error_hint(err, "set STASIS_STAGE_DIR to a writable tmpfs folder");
+	}
+	r = start_pipes(p, nprocs);
+	if (r < 0) {
+		image_pack_free(p);
+		return stasis_error_errno(err, -r, "making pipes for CRIU's pages: %s",
+					  strerror(-r));
 	}
 	for (unsigned int n = pack_threads(); p->nworkers < n; p->nworkers++)
 		if (pthread_create(&p->workers[p->nworkers], NULL, pack_worker, p) != 0)
@@ -442,8 +581,10 @@ const char *image_pack_stage(const struct image_packer *p)
 	return p->stage;
 }
 
+/* Reads what CRIU left in the pipes, compresses what is left, and stops. */
 static void pack_stop(struct image_packer *p)
 {
+	page_pipes_stop(p->pipes);
 	pthread_mutex_lock(&p->lock);
 	p->finishing = true;
 	pthread_mutex_unlock(&p->lock);
@@ -456,16 +597,22 @@ static void pack_stop(struct image_packer *p)
 	p->flushing = false;
 }
 
-/* CRIU is done: every staged pages image is known and final. */
+/* CRIU is done and the pipes are read: every staged pages image is known
+ * and final. */
 static int finalize_files(struct image_packer *p)
 {
 	int r;
 
+	page_pipes_stop(p->pipes);
 	pthread_mutex_lock(&p->lock);
 	r = p->error ? p->error : scan(p);
 	for (size_t i = 0; i < p->nfiles && r == 0; i++) {
 		struct stat st;
 
+		if (p->files[i].piped) {
+			r = p->files[i].final ? 0 : -EIO;
+			continue;
+		}
 		if (fstat(p->files[i].in, &st) < 0)
 			r = -errno;
 		p->files[i].final_size = (uint64_t)st.st_size;
@@ -525,6 +672,8 @@ int image_pack_finish(struct image_packer *p, struct manifest *m, struct stasis_
 		return stasis_error_errno(err, -r, "copying %s from %s: %s", failed, p->stage,
 					  strerror(-r));
 	m->options.compress = true;
+	if (p->pipes)
+		manifest_add_phase(m, "compress_stall", page_pipes_stall_usec(p->pipes));
 	if (add_to_manifest(p, m) < 0)
 		return stasis_error_errno(err, ENOMEM, "out of memory");
 	return 0;
@@ -542,6 +691,8 @@ void image_pack_free(struct image_packer *p)
 		free(p->files[i].name);
 	}
 	free(p->files);
+	page_pipes_free(p->pipes);
+	free(p->queue);
 	if (p->stage_dir)
 		closedir(p->stage_dir);
 	if (p->stagefd >= 0)
@@ -551,6 +702,7 @@ void image_pack_free(struct image_packer *p)
 	if (p->stage[0])
 		remove_flat_dir(p->stage);
 	pthread_cond_destroy(&p->turn);
+	pthread_cond_destroy(&p->work);
 	pthread_mutex_destroy(&p->lock);
 	free(p);
 }

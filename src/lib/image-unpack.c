@@ -191,8 +191,13 @@ static int push(struct unpacker *u, struct unpack_job *j)
 	int r;
 
 	pthread_mutex_lock(&u->lock);
-	while (u->queued == QUEUE_LEN && !u->error)
-		pthread_cond_wait(&u->changed, &u->lock);
+	if (u->queued == QUEUE_LEN) {
+		uint64_t start = now_usec();
+
+		while (u->queued == QUEUE_LEN && !u->error)
+			pthread_cond_wait(&u->changed, &u->lock);
+		u->sink->queue_usec += now_usec() - start;
+	}
 	if (!u->error) {
 		j->seq = j->file->nmarks;
 		u->error = add_mark(j->file, (uint64_t)(j->dst - j->file->map) + j->dstlen);

@@ -13,12 +13,13 @@
 /* Where the pages go: maps[i] holds the unpacked_size bytes of the
  * manifest's file i; ready, if set, hears each time more of file i is
  * whole from its start (bytes). read_usec adds up the time spent waiting
- * for the compressed files to be read. */
+ * for the compressed files to be read, queue_usec the time the reader
+ * waited for the decompressing threads to take frames. */
 struct unpack_sink {
 	unsigned char *const *maps;
 	void (*ready)(void *ctx, size_t i, uint64_t bytes);
 	void *ctx;
-	uint64_t read_usec;
+	uint64_t read_usec, queue_usec;
 };
 
 /* Decompress every compressed pages image of m (names relative to dirfd)

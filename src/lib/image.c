@@ -140,6 +140,7 @@ struct image_verifier {
 	int result; /* -errno of the hashing */
 	size_t failed;
 	uint64_t unpack_usec, unpack_read_usec; /* how long it took, and read */
+	uint64_t unpack_queue_usec;		/* waited for the decompression */
 };
 
 static void pages_ready(void *ctx, size_t i, uint64_t bytes)
@@ -160,6 +161,7 @@ static void *verify_pages(void *arg)
 		v->result = image_unpack(v->dirfd, v->m, v->actual, &sink, &v->cancel, &v->failed);
 		v->unpack_usec = now_usec() - start;
 		v->unpack_read_usec = sink.read_usec;
+		v->unpack_queue_usec = sink.queue_usec;
 	} else
 		v->result = hash_files(v->dirfd, v->actual, v->m->nfiles, hash_skip_all_but_pages,
 				       &v->cancel, &v->failed);
@@ -422,6 +424,7 @@ void image_verifier_record(const struct image_verifier *v, struct manifest *m)
 		return;
 	manifest_add_phase(m, "unpack", v->unpack_usec);
 	manifest_add_phase(m, "unpack_read", v->unpack_read_usec);
+	manifest_add_phase(m, "unpack_queue_wait", v->unpack_queue_usec);
 	if (!v->server)
 		return;
 	image_serve_times(v->server, &first, &last);

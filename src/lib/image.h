@@ -28,13 +28,16 @@ int image_follow_finish(struct image_follower *f, struct manifest_file *files, s
 void image_follow_free(struct image_follower *f);
 
 /* Compression (--compress, image-pack.c): CRIU writes the image into a
- * staging folder in memory, and a pool of threads compresses each pages
- * image while it grows into DIR/criu/NAME.img.zst, freeing the staged bytes
- * it took; the finish moves the other files over. */
+ * staging folder in memory, its pages images into pipes there (image-pipe.c)
+ * or, beyond the pipes, files; a pool of threads compresses each pages image
+ * while it grows into DIR/criu/NAME.img.zst, freeing the staged bytes it
+ * took; the finish moves the other files over. */
 struct image_packer;
 /* Refuses before anything changes when there is no staging folder. */
 int image_pack_preflight(struct stasis_error **err);
-int image_pack_start(const char *dir, struct image_packer **out, struct stasis_error **err);
+/* nprocs: how many processes CRIU dumps, for the number of pipes. */
+int image_pack_start(const char *dir, size_t nprocs, struct image_packer **out,
+		     struct stasis_error **err);
 /* Where CRIU writes meanwhile. */
 const char *image_pack_stage(const struct image_packer *p);
 /* CRIU is done: compress the rest, copy the other files to DIR/criu, and
@@ -65,8 +68,9 @@ int image_verify_stop(struct image_verifier *v, struct stasis_error **err);
 /* The folder CRIU restores from: DIR/criu, or the staging folder. */
 const char *image_verifier_criu_dir(const struct image_verifier *v);
 /* Adds how long the decompression took ("unpack", which overlaps CRIU's
- * restore when served) and how much of it was spent reading
- * ("unpack_read") to m's phases, when there was one; when the pages were
+ * restore when served), how much of it was spent reading ("unpack_read")
+ * and waiting for the decompressing threads ("unpack_queue_wait") to m's
+ * phases, when there was one; when the pages were
  * served, also when CRIU's first and last reads were answered, from the
  * start of serving ("serve_first_read", "serve_last_read"). */
 void image_verifier_record(const struct image_verifier *v, struct manifest *m);
