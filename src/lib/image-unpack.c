@@ -34,6 +34,7 @@
 /* Read buffers kept for reuse: fresh memory is slow to fill in a VM, and
  * the disk would wait for it. */
 #define SPARE_CHUNKS 16
+#define PAUSE_POLL_US 500
 
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23
@@ -186,10 +187,24 @@ static void *unpack_worker(void *arg)
 	return NULL;
 }
 
+/* While the sink asks for a pause, or until cancelled. */
+static void pause_while_asked(struct unpacker *u)
+{
+	uint64_t start;
+
+	if (!u->sink->pause || !u->sink->pause(u->sink->ctx))
+		return;
+	start = now_usec();
+	while (!(u->cancel && atomic_load(u->cancel)) && u->sink->pause(u->sink->ctx))
+		usleep(PAUSE_POLL_US);
+	u->sink->pause_usec += now_usec() - start;
+}
+
 static int push(struct unpacker *u, struct unpack_job *j)
 {
 	int r;
 
+	pause_while_asked(u);
 	pthread_mutex_lock(&u->lock);
 	if (u->queued == QUEUE_LEN) {
 		uint64_t start = now_usec();

@@ -5,6 +5,7 @@
 #define STASIS_IMAGE_UNPACK_H
 
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -12,14 +13,16 @@
 
 /* Where the pages go: maps[i] holds the unpacked_size bytes of the
  * manifest's file i; ready, if set, hears each time more of file i is
- * whole from its start (bytes). read_usec adds up the time spent waiting
- * for the compressed files to be read, queue_usec the time the reader
- * waited for the decompressing threads to take frames. */
+ * whole from its start (bytes); while pause, if set, says so, no more
+ * frames are handed out. read_usec adds up the time spent waiting for the
+ * compressed files to be read, queue_usec the time the reader waited for
+ * the decompressing threads to take frames, pause_usec the pauses. */
 struct unpack_sink {
 	unsigned char *const *maps;
 	void (*ready)(void *ctx, size_t i, uint64_t bytes);
+	bool (*pause)(void *ctx);
 	void *ctx;
-	uint64_t read_usec, queue_usec;
+	uint64_t read_usec, queue_usec, pause_usec;
 };
 
 /* Decompress every compressed pages image of m (names relative to dirfd)

@@ -141,6 +141,7 @@ struct image_verifier {
 	size_t failed;
 	uint64_t unpack_usec, unpack_read_usec; /* how long it took, and read */
 	uint64_t unpack_queue_usec;		/* waited for the decompression */
+	uint64_t unpack_pause_usec;		/* waited for CRIU's reads */
 };
 
 static void pages_ready(void *ctx, size_t i, uint64_t bytes)
@@ -150,11 +151,24 @@ static void pages_ready(void *ctx, size_t i, uint64_t bytes)
 	image_serve_ready(v->server, v->slot[i], bytes);
 }
 
+/* Decompressing far ahead of CRIU only holds memory: CRIU takes the pages
+ * more slowly than they come, and they are given back once it has. */
+#define SERVE_AHEAD (512ull << 20)
+
+static bool pages_ahead(void *ctx)
+{
+	struct image_verifier *v = ctx;
+
+	return image_serve_ahead(v->server, SERVE_AHEAD);
+}
+
 static void *verify_pages(void *arg)
 {
 	struct image_verifier *v = arg;
-	struct unpack_sink sink = {
-	    .maps = v->maps, .ready = v->server ? pages_ready : NULL, .ctx = v};
+	struct unpack_sink sink = {.maps = v->maps,
+				   .ready = v->server ? pages_ready : NULL,
+				   .pause = v->server ? pages_ahead : NULL,
+				   .ctx = v};
 	uint64_t start = now_usec();
 
 	if (v->stage[0]) {
@@ -162,6 +176,7 @@ static void *verify_pages(void *arg)
 		v->unpack_usec = now_usec() - start;
 		v->unpack_read_usec = sink.read_usec;
 		v->unpack_queue_usec = sink.queue_usec;
+		v->unpack_pause_usec = sink.pause_usec;
 	} else
 		v->result = hash_files(v->dirfd, v->actual, v->m->nfiles, hash_skip_all_but_pages,
 				       &v->cancel, &v->failed);
@@ -427,6 +442,7 @@ void image_verifier_record(const struct image_verifier *v, struct manifest *m)
 	manifest_add_phase(m, "unpack_queue_wait", v->unpack_queue_usec);
 	if (!v->server)
 		return;
+	manifest_add_phase(m, "unpack_paused", v->unpack_pause_usec);
 	image_serve_times(v->server, &first, &last);
 	manifest_add_phase(m, "serve_first_read", first);
 	manifest_add_phase(m, "serve_last_read", last);

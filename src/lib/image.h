@@ -71,8 +71,9 @@ const char *image_verifier_criu_dir(const struct image_verifier *v);
  * restore when served), how much of it was spent reading ("unpack_read")
  * and waiting for the decompressing threads ("unpack_queue_wait") to m's
  * phases, when there was one; when the pages were
- * served, also when CRIU's first and last reads were answered, from the
- * start of serving ("serve_first_read", "serve_last_read"). */
+ * served, also how long it paused to stay near CRIU's reads
+ * ("unpack_paused"), and when CRIU's first and last reads were answered,
+ * from the start of serving ("serve_first_read", "serve_last_read"). */
 void image_verifier_record(const struct image_verifier *v, struct manifest *m);
 /* Whether CRIU may read a compressed image's pages before they are all
  * decompressed. */

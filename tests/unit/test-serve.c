@@ -229,6 +229,44 @@ static void read_blocks_are_given_back(void **state)
 	free(buf);
 }
 
+/* The writer may wait while more than the limit is ready and unread and
+ * the reader keeps reading; never before the first read, nor while a read
+ * waits for its bytes. */
+static void ahead_only_while_reading(void **state)
+{
+	struct reader rd = {.name = "pages-2.img", .off = 0, .len = MIB};
+	unsigned char *buf = malloc(MIB);
+	char path[4096];
+	pthread_t t;
+	int fd;
+
+	(void)state;
+	if (!start_or_skip()) {
+		free(buf);
+		return;
+	}
+	rd.buf = malloc(rd.len);
+	image_serve_ready(server, 0, 6 * MIB);
+	assert_false(image_serve_ahead(server, MIB));
+	snprintf(path, sizeof(path), "%s/pages-1.img", mnt);
+	fd = open(path, O_RDONLY);
+	assert_true(fd >= 0);
+	assert_int_equal(pread(fd, buf, MIB, 0), MIB);
+	assert_true(image_serve_ahead(server, MIB));
+	assert_false(image_serve_ahead(server, 5 * MIB));
+	assert_int_equal(pthread_create(&t, NULL, read_file, &rd), 0);
+	sleep_ms(100);
+	assert_false(atomic_load(&rd.done));
+	assert_false(image_serve_ahead(server, MIB));
+	image_serve_ready(server, 1, MIB);
+	pthread_join(t, NULL);
+	assert_int_equal(rd.got, MIB);
+	assert_true(image_serve_ahead(server, MIB));
+	close(fd);
+	free(rd.buf);
+	free(buf);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -236,6 +274,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(whole_file_in_one_preadv, setup, teardown),
 	    cmocka_unit_test_setup_teardown(fail_wakes_readers, setup, teardown),
 	    cmocka_unit_test_setup_teardown(read_blocks_are_given_back, setup, teardown),
+	    cmocka_unit_test_setup_teardown(ahead_only_while_reading, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
