@@ -315,11 +315,14 @@ static ssize_t pack_job(struct image_packer *p, const struct pack_job *job, stru
 	return compress_frame(b, b->raw, job->len);
 }
 
-/* Append the compressed frame in its turn; called with the lock held. */
+/* Append the compressed frame in its turn; called with the lock held. The
+ * turn covers only its place in the file and the hash, which must go in
+ * order; the frames are written side by side. */
 static int commit(struct image_packer *p, const struct pack_job *job, const unsigned char *out,
 		  ssize_t len)
 {
 	struct packed_file *f;
+	XXH3_state_t *state;
 	int r = 0, fd;
 	uint64_t at;
 
@@ -332,7 +335,15 @@ static int commit(struct image_packer *p, const struct pack_job *job, const unsi
 	f = &p->files[job->file];
 	fd = f->out;
 	at = f->written;
-	/* Only the holder of the turn touches the output and its hash. */
+	state = f->state;
+	/* Only the holder of the turn touches the hash; p->files may move. */
+	pthread_mutex_unlock(&p->lock);
+	XXH3_128bits_update(state, out, (size_t)len);
+	pthread_mutex_lock(&p->lock);
+	f = &p->files[job->file];
+	f->written += (uint64_t)len;
+	f->turn++;
+	pthread_cond_broadcast(&p->turn);
 	pthread_mutex_unlock(&p->lock);
 	for (ssize_t done = 0; done < len && r == 0;) {
 		ssize_t n = pwrite(fd, out + done, (size_t)(len - done), (off_t)(at + done));
@@ -342,12 +353,6 @@ static int commit(struct image_packer *p, const struct pack_job *job, const unsi
 		done += n > 0 ? n : 0;
 	}
 	pthread_mutex_lock(&p->lock);
-	f = &p->files[job->file];
-	if (r == 0) {
-		XXH3_128bits_update(f->state, out, (size_t)len);
-		f->written += (uint64_t)len;
-		f->turn++;
-	}
 	return r;
 }
 
@@ -480,7 +485,9 @@ static void *pack_worker(void *arg)
 	return NULL;
 }
 
-/* Start the writeback of what was written; syncfs waits for it later. */
+/* Start the writeback of what was written; syncfs waits for it later.
+ * A frame still being written when its range is started is left to the
+ * syncfs. */
 static void *flush_thread(void *arg)
 {
 	struct image_packer *p = arg;

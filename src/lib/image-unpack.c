@@ -33,7 +33,7 @@
 #define CHUNK_CAP (READ_CHUNK + ZSTD_COMPRESSBOUND(PACK_FRAME) + PACK_MARK_LEN)
 /* Read buffers kept for reuse: fresh memory is slow to fill in a VM, and
  * the disk would wait for it. */
-#define SPARE_CHUNKS 16
+#define SPARE_CHUNKS 8
 #define PAUSE_POLL_US 500
 
 #ifndef MADV_POPULATE_WRITE
@@ -425,7 +425,8 @@ int image_unpack(int dirfd, const struct manifest *m, struct manifest_file *actu
 
 	pthread_mutex_init(&u.lock, NULL);
 	pthread_cond_init(&u.changed, NULL);
-	for (unsigned int n = pack_threads(); u.nworkers < n; u.nworkers++)
+	for (unsigned int n = sink->threads ? sink->threads : pack_threads(); u.nworkers < n;
+	     u.nworkers++)
 		if (pthread_create(&u.workers[u.nworkers], NULL, unpack_worker, &u) != 0)
 			break;
 	if (!u.nworkers)

@@ -16,9 +16,11 @@
  * whole from its start (bytes); while pause, if set, says so, no more
  * frames are handed out. read_usec adds up the time spent waiting for the
  * compressed files to be read, queue_usec the time the reader waited for
- * the decompressing threads to take frames, pause_usec the pauses. */
+ * the decompressing threads to take frames, pause_usec the pauses.
+ * threads: how many decompress; 0 for pack_threads(). */
 struct unpack_sink {
 	unsigned char *const *maps;
+	unsigned int threads;
 	void (*ready)(void *ctx, size_t i, uint64_t bytes);
 	bool (*pause)(void *ctx);
 	void *ctx;

@@ -153,7 +153,7 @@ static void pages_ready(void *ctx, size_t i, uint64_t bytes)
 
 /* Decompressing far ahead of CRIU only holds memory: CRIU takes the pages
  * more slowly than they come, and they are given back once it has. */
-#define SERVE_AHEAD (512ull << 20)
+#define SERVE_AHEAD (256ull << 20)
 
 static bool pages_ahead(void *ctx)
 {
@@ -165,7 +165,10 @@ static bool pages_ahead(void *ctx)
 static void *verify_pages(void *arg)
 {
 	struct image_verifier *v = arg;
+	/* Served, the decompression leaves half the cores to CRIU and the
+	 * FUSE threads: it is ahead of them with that. */
 	struct unpack_sink sink = {.maps = v->maps,
+				   .threads = v->server ? (pack_threads() + 1) / 2 : 0,
 				   .ready = v->server ? pages_ready : NULL,
 				   .pause = v->server ? pages_ahead : NULL,
 				   .ctx = v};
