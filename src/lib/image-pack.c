@@ -143,12 +143,13 @@ struct pack_buffers {
 	ZSTD_CCtx *cctx;
 };
 
-static bool known(const struct image_packer *p, const char *name)
+/* The index of the pages image name among those being packed, or -1. */
+static int find_file(const struct image_packer *p, const char *name)
 {
 	for (size_t i = 0; i < p->nfiles; i++)
 		if (strcmp(p->files[i].name, name) == 0)
-			return true;
-	return false;
+			return (int)i;
+	return -1;
 }
 
 /* Start packing the pages image name, staged or piped (no input file). */
@@ -205,7 +206,7 @@ static int add_file(void *ctx, const char *name)
 {
 	struct image_packer *p = ctx;
 
-	if (piped_name(p, name) || known(p, name))
+	if (piped_name(p, name) || find_file(p, name) >= 0)
 		return 0;
 	return new_file(p, name, false);
 }
@@ -392,9 +393,8 @@ static int piped_file(struct image_packer *p, unsigned int id)
 	int r;
 
 	snprintf(name, sizeof(name), "pages-%u.img", id);
-	for (size_t i = 0; i < p->nfiles; i++)
-		if (strcmp(p->files[i].name, name) == 0)
-			return (int)i;
+	if ((r = find_file(p, name)) >= 0)
+		return r;
 	r = new_file(p, name, true);
 	return r < 0 ? r : (int)p->nfiles - 1;
 }
