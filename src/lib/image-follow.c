@@ -19,8 +19,6 @@
 
 #define FOLLOW_IDLE_US 5000
 /* Writeback is started in steps this big. */
-#define FLUSH_STEP (64ull << 20)
-#define FLUSH_IDLE_US 20000
 
 struct followed_file {
 	char *name; /* relative to the image directory, like the manifest's */
@@ -119,12 +117,11 @@ static void flush_file(struct image_follower *f, size_t i)
 	fd = f->files[i].fd;
 	from = f->files[i].flushed;
 	pthread_mutex_unlock(&f->lock);
-	if (fstat(fd, &st) < 0 || (uint64_t)st.st_size < from + FLUSH_STEP)
+	if (fstat(fd, &st) < 0)
 		return;
-	sync_file_range(fd, (off_t)from, (off_t)((uint64_t)st.st_size - from),
-			SYNC_FILE_RANGE_WRITE);
+	from = image_flush_step(fd, from, (uint64_t)st.st_size);
 	pthread_mutex_lock(&f->lock);
-	f->files[i].flushed = (uint64_t)st.st_size;
+	f->files[i].flushed = from;
 	pthread_mutex_unlock(&f->lock);
 }
 
@@ -140,7 +137,7 @@ static void *flush_thread(void *arg)
 		pthread_mutex_unlock(&f->lock);
 		for (size_t i = 0; i < n; i++)
 			flush_file(f, i);
-		usleep(FLUSH_IDLE_US);
+		usleep(IMAGE_FLUSH_IDLE_US);
 	}
 	return NULL;
 }

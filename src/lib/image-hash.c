@@ -53,6 +53,17 @@ int image_scan_pages(DIR *d, int (*add)(void *ctx, const char *name), void *ctx)
 	return 0;
 }
 
+/* What the writeback is started for at a time. */
+#define FLUSH_STEP (64ull << 20)
+
+uint64_t image_flush_step(int fd, uint64_t from, uint64_t to)
+{
+	if (to < from + FLUSH_STEP)
+		return from;
+	sync_file_range(fd, (off_t)from, (off_t)(to - from), SYNC_FILE_RANGE_WRITE);
+	return to;
+}
+
 int hash_tail(int fd, XXH3_state_t *state, char *buf, uint64_t *offset, const atomic_bool *cancel)
 {
 	uint64_t asked = *offset;

@@ -24,6 +24,13 @@ bool image_is_packed_file(const char *name);
  * folder CRIU is writing into. */
 int image_scan_pages(DIR *d, int (*add)(void *ctx, const char *name), void *ctx);
 
+/* The writeback of a growing image file is started early, a step at a
+ * time, by a thread that looks every IMAGE_FLUSH_IDLE_US; the final syncfs
+ * then waits for little. Starts that of [from, to) of fd once it is a
+ * whole step, and returns where the next starts: from, or to. */
+#define IMAGE_FLUSH_IDLE_US 20000
+uint64_t image_flush_step(int fd, uint64_t from, uint64_t to);
+
 /* The size of the buffer hash_tail reads into. */
 #define HASH_CHUNK (4u << 20)
 

@@ -37,8 +37,6 @@
 #define PIPES_MAX 256u
 /* The share of a frame tried both ways to choose between them. */
 #define PACK_SAMPLE (64u << 10)
-#define FLUSH_STEP (64ull << 20)
-#define FLUSH_IDLE_US 20000
 
 void pack_shuffle(const unsigned char *in, unsigned char *out, size_t len)
 {
@@ -495,19 +493,17 @@ static void *flush_thread(void *arg)
 	while (!atomic_load(&p->stop)) {
 		pthread_mutex_lock(&p->lock);
 		for (size_t i = 0; i < p->nfiles; i++) {
-			struct packed_file *f = &p->files[i];
-			uint64_t from = f->flushed, to = f->written;
-			int fd = f->out;
+			uint64_t from = p->files[i].flushed, to = p->files[i].written;
+			int fd = p->files[i].out;
 
-			if (to < from + FLUSH_STEP)
-				continue;
-			f->flushed = to;
+			/* Only this thread moves flushed; p->files may move. */
 			pthread_mutex_unlock(&p->lock);
-			sync_file_range(fd, (off_t)from, (off_t)(to - from), SYNC_FILE_RANGE_WRITE);
+			from = image_flush_step(fd, from, to);
 			pthread_mutex_lock(&p->lock);
+			p->files[i].flushed = from;
 		}
 		pthread_mutex_unlock(&p->lock);
-		usleep(FLUSH_IDLE_US);
+		usleep(IMAGE_FLUSH_IDLE_US);
 	}
 	return NULL;
 }
