@@ -176,9 +176,6 @@ static int restore_locked(const struct stasis_restore_options *o, struct manifes
 	int r;
 
 	snprintf(images, sizeof(images), "%s", image_verifier_criu_dir(verifier));
-	r = wait_pids_free(m, err);
-	if (r < 0)
-		return r;
 	start = now_usec();
 	if (fault_at("criu-restore", 0))
 		r = stasis_error_set(err, EIO, STASIS_DOMAIN_CRIU, 0,
@@ -245,17 +242,25 @@ static int restore_tree(const struct stasis_restore_options *o, struct manifest 
 			struct image_verifier *verifier, pid_t *root_out, struct stasis_error **err)
 {
 	struct gpu_plan plan;
+	uint64_t start = now_usec();
 	int lock_fd, r;
 
 	r = criu_version(err);
-	if (r >= 0)
+	if (r >= 0) {
+		uint64_t gpu_start = now_usec();
+
 		r = restore_gpu_preflight(m, o->gpu_map, &plan, err);
+		manifest_add_phase(m, "gpu_preflight", now_usec() - gpu_start);
+	}
 	if (r < 0)
 		return r;
 	lock_fd = pid_lock(manifest_root(m)->pid, err);
 	if (lock_fd < 0)
 		return lock_fd;
-	r = restore_locked(o, m, verifier, &plan, root_out, err);
+	r = wait_pids_free(m, err);
+	manifest_add_phase(m, "preflight", now_usec() - start);
+	if (r == 0)
+		r = restore_locked(o, m, verifier, &plan, root_out, err);
 	pid_unlock(lock_fd);
 	return r;
 }
