@@ -1,10 +1,12 @@
 /* SPDX-License-Identifier: MIT */
-/* Decompressing a compressed image for CRIU. One thread reads each
+/* Decompressing a compressed image for CRIU. A reader thread reads each
  * NAME.img.zst in large sequential reads, hashes what it read (that is the
  * image's verification) and hands its frames to a pool that decompresses
  * them side by side straight into the memory the caller gave for NAME.img.
  * The frames finish out of order; the caller hears how far each file is
- * whole from its start, so that it can serve it while the rest comes. */
+ * whole from its start, so that it can serve it while the rest comes.
+ * Several files are read at once: CRIU restores a tree's processes side by
+ * side, each from its own pages image, and none must wait for another's. */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -35,6 +37,8 @@
  * the disk would wait for it. */
 #define SPARE_CHUNKS 8
 #define PAUSE_POLL_US 500
+/* Files read at once, at most. */
+#define MAX_READERS 16
 
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23
@@ -64,13 +68,19 @@ struct unpacker {
 	struct unpack_job queue[QUEUE_LEN];
 	size_t head, queued, busy;
 	bool done;
-	int error; /* the first, as -errno */
+	int error;     /* the first, as -errno */
+	size_t failed; /* the file it came from */
 	pthread_t workers[PACK_MAX_THREADS];
 	unsigned int nworkers;
 	const atomic_bool *cancel;
 	struct unpack_sink *sink;
 	struct chunk *spare[SPARE_CHUNKS];
 	size_t nspare;
+	/* The files: the next one a reader takes, under the lock. */
+	int dirfd;
+	const struct manifest *m;
+	struct manifest_file *actual;
+	size_t next;
 };
 
 /* One compressed file: where it goes and how far it got. */
@@ -79,6 +89,8 @@ struct unpack_file {
 	int in;
 	unsigned char *map;
 	uint64_t unpacked, produced, read;
+	uint64_t read_usec, pause_usec;
+	size_t pending; /* frames handed out and not done, under the lock */
 	bool shuffle_next;
 	XXH3_state_t *state;
 	/* Where each frame handed out ends, and whether it is done; the
@@ -101,6 +113,16 @@ static void chunk_put(struct unpacker *u, struct chunk *c)
 	}
 	free(c->data);
 	free(c);
+}
+
+/* Under the lock: the first failure stops every reader and is the one
+ * reported. */
+static void set_error(struct unpacker *u, int error, size_t index)
+{
+	if (error >= 0 || u->error)
+		return;
+	u->error = error;
+	u->failed = index;
 }
 
 static int run_job(const struct unpack_job *j, ZSTD_DCtx *dctx, unsigned char *tmp)
@@ -173,10 +195,10 @@ static void *unpack_worker(void *arg)
 		pthread_mutex_unlock(&u->lock);
 		r = skip ? 0 : run_job(&j, dctx, tmp);
 		pthread_mutex_lock(&u->lock);
-		if (r < 0 && !u->error)
-			u->error = r;
+		set_error(u, r, j.file->index);
 		if (r == 0 && !skip)
 			frame_done(u, j.file, j.seq);
+		j.file->pending--;
 		chunk_put(u, j.chunk);
 		u->busy--;
 		pthread_cond_broadcast(&u->changed);
@@ -188,7 +210,7 @@ static void *unpack_worker(void *arg)
 }
 
 /* While the sink asks for a pause, or until cancelled. */
-static void pause_while_asked(struct unpacker *u)
+static void pause_while_asked(struct unpacker *u, struct unpack_file *f)
 {
 	uint64_t start;
 
@@ -197,14 +219,14 @@ static void pause_while_asked(struct unpacker *u)
 	start = now_usec();
 	while (!(u->cancel && atomic_load(u->cancel)) && u->sink->pause(u->sink->ctx))
 		usleep(PAUSE_POLL_US);
-	u->sink->pause_usec += now_usec() - start;
+	f->pause_usec += now_usec() - start;
 }
 
 static int push(struct unpacker *u, struct unpack_job *j)
 {
 	int r;
 
-	pause_while_asked(u);
+	pause_while_asked(u, j->file);
 	pthread_mutex_lock(&u->lock);
 	if (u->queued == QUEUE_LEN) {
 		uint64_t start = now_usec();
@@ -215,11 +237,13 @@ static int push(struct unpacker *u, struct unpack_job *j)
 	}
 	if (!u->error) {
 		j->seq = j->file->nmarks;
-		u->error = add_mark(j->file, (uint64_t)(j->dst - j->file->map) + j->dstlen);
+		set_error(u, add_mark(j->file, (uint64_t)(j->dst - j->file->map) + j->dstlen),
+			  j->file->index);
 	}
 	if (!u->error) {
 		u->queue[(u->head + u->queued) % QUEUE_LEN] = *j;
 		u->queued++;
+		j->file->pending++;
 		j->chunk->refs++;
 		pthread_cond_broadcast(&u->changed);
 	}
@@ -228,13 +252,13 @@ static int push(struct unpacker *u, struct unpack_job *j)
 	return r;
 }
 
-/* Wait until every job handed out is done. */
-static int drain(struct unpacker *u)
+/* Wait until every frame of f handed out is done. */
+static int drain(struct unpacker *u, struct unpack_file *f)
 {
 	int r;
 
 	pthread_mutex_lock(&u->lock);
-	while (u->queued || u->busy)
+	while (f->pending)
 		pthread_cond_wait(&u->changed, &u->lock);
 	r = u->error;
 	pthread_mutex_unlock(&u->lock);
@@ -323,7 +347,7 @@ static int fill(struct unpacker *u, struct unpack_file *f, struct chunk *c, size
 		uint64_t start = now_usec();
 		ssize_t n = read(f->in, c->data + *len, CHUNK_CAP - *len);
 
-		u->sink->read_usec += now_usec() - start;
+		f->read_usec += now_usec() - start;
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0)
@@ -373,15 +397,15 @@ static int read_frames(struct unpacker *u, struct unpack_file *f)
 	return r;
 }
 
-static int unpack_file(struct unpacker *u, int dirfd, const struct manifest_file *mf, size_t index,
-		       struct manifest_file *actual)
+static int unpack_file(struct unpacker *u, size_t index)
 {
+	const struct manifest_file *mf = &u->m->files[index];
 	struct unpack_file f = {.index = index, .unpacked = mf->unpacked_size};
 	int r = 0, drained;
 
 	f.map = u->sink->maps[index];
 	f.state = XXH3_createState();
-	f.in = openat(dirfd, mf->name, O_RDONLY | O_CLOEXEC);
+	f.in = openat(u->dirfd, mf->name, O_RDONLY | O_CLOEXEC);
 	if (!f.state)
 		r = -ENOMEM;
 	else if (f.in < 0)
@@ -391,20 +415,59 @@ static int unpack_file(struct unpacker *u, int dirfd, const struct manifest_file
 		r = read_frames(u, &f);
 	}
 	/* The workers may still write into the memory and mark frames. */
-	drained = drain(u);
+	drained = drain(u, &f);
 	if (r == 0)
 		r = drained;
 	if (r == 0 && f.produced != f.unpacked)
 		r = -EBADMSG;
 	if (r == 0) {
-		hash_hex(f.state, actual->xxh128);
-		actual->size = f.read;
+		hash_hex(f.state, u->actual[index].xxh128);
+		u->actual[index].size = f.read;
 	}
+	pthread_mutex_lock(&u->lock);
+	set_error(u, r, index);
+	u->sink->read_usec += f.read_usec;
+	u->sink->pause_usec += f.pause_usec;
+	pthread_mutex_unlock(&u->lock);
 	if (f.in >= 0)
 		close(f.in);
 	XXH3_freeState(f.state);
 	free(f.marks);
 	return r;
+}
+
+/* Under the lock: the next compressed file no reader has taken. */
+static bool take_file(struct unpacker *u, size_t *index)
+{
+	while (u->next < u->m->nfiles && !image_is_packed_file(u->m->files[u->next].name))
+		u->next++;
+	if (u->error || u->next == u->m->nfiles)
+		return false;
+	*index = u->next++;
+	return true;
+}
+
+static void *unpack_reader(void *arg)
+{
+	struct unpacker *u = arg;
+	size_t index;
+
+	for (;;) {
+		pthread_mutex_lock(&u->lock);
+		bool more = take_file(u, &index);
+		pthread_mutex_unlock(&u->lock);
+		if (!more || unpack_file(u, index) < 0)
+			return NULL;
+	}
+}
+
+static size_t packed_files(const struct manifest *m)
+{
+	size_t n = 0;
+
+	for (size_t i = 0; i < m->nfiles; i++)
+		n += image_is_packed_file(m->files[i].name);
+	return n;
 }
 
 static void stop_workers(struct unpacker *u)
@@ -420,8 +483,10 @@ static void stop_workers(struct unpacker *u)
 int image_unpack(int dirfd, const struct manifest *m, struct manifest_file *actual,
 		 struct unpack_sink *sink, const atomic_bool *cancel, size_t *failed)
 {
-	struct unpacker u = {.cancel = cancel, .sink = sink};
-	int r = 0;
+	struct unpacker u = {
+	    .cancel = cancel, .sink = sink, .dirfd = dirfd, .m = m, .actual = actual};
+	pthread_t readers[MAX_READERS];
+	size_t nreaders = 0, want = packed_files(m);
 
 	pthread_mutex_init(&u.lock, NULL);
 	pthread_cond_init(&u.changed, NULL);
@@ -430,13 +495,17 @@ int image_unpack(int dirfd, const struct manifest *m, struct manifest_file *actu
 		if (pthread_create(&u.workers[u.nworkers], NULL, unpack_worker, &u) != 0)
 			break;
 	if (!u.nworkers)
-		r = -EAGAIN;
-	for (size_t i = 0; i < m->nfiles && r == 0; i++) {
-		if (!image_is_packed_file(m->files[i].name))
-			continue;
-		*failed = i;
-		r = unpack_file(&u, dirfd, &m->files[i], i, &actual[i]);
-	}
+		set_error(&u, -EAGAIN, 0);
+	if (want > MAX_READERS)
+		want = MAX_READERS;
+	/* Fewer readers than files only means that some files wait. */
+	while (u.nworkers && nreaders < want &&
+	       pthread_create(&readers[nreaders], NULL, unpack_reader, &u) == 0)
+		nreaders++;
+	if (want && !nreaders)
+		set_error(&u, -EAGAIN, 0);
+	for (size_t i = 0; i < nreaders; i++)
+		pthread_join(readers[i], NULL);
 	stop_workers(&u);
 	for (size_t i = 0; i < u.nspare; i++) {
 		free(u.spare[i]->data);
@@ -444,5 +513,6 @@ int image_unpack(int dirfd, const struct manifest *m, struct manifest_file *actu
 	}
 	pthread_cond_destroy(&u.changed);
 	pthread_mutex_destroy(&u.lock);
-	return r;
+	*failed = u.failed;
+	return u.error;
 }

@@ -1,25 +1,36 @@
 # SPDX-License-Identifier: MIT
 # A CPU workload with memory worth compressing: random bytes, zeros and a
 # table of floats, digested at the start. It counts into DIR/state every
-# 20 ms; on SIGUSR1 it digests its memory again into DIR/check.
-#   python3 memory-workload.py DIR
+# 20 ms; on SIGUSR1 it digests its memory again into DIR/check. With
+# CHILDREN, that many children hold memory of their own too (other bytes),
+# digested into DIR/digest-K and, on SIGUSR1 to the group, DIR/check-K.
+#   python3 memory-workload.py DIR [CHILDREN]
 import array, hashlib, os, random, signal, sys, time
 
 d = sys.argv[1]
-random.seed(7)
+children = int(sys.argv[2]) if len(sys.argv) > 2 else 0
+suffix = ""
+for k in range(1, children + 1):
+    if os.fork() == 0:
+        suffix = "-%d" % k
+        break
+random.seed(7 + int(suffix[1:] or 0))
 floats = array.array("f", (random.gauss(0, 1) for _ in range(1 << 20)))
 blob = bytearray(os.urandom(6 << 20)) + bytearray(9 << 20) + bytearray(floats.tobytes())
-with open(os.path.join(d, "digest"), "w") as f:
+with open(os.path.join(d, "digest" + suffix), "w") as f:
     f.write(hashlib.sha256(blob).hexdigest())
 
 
 def check(*_):
-    with open(os.path.join(d, "check.tmp"), "w") as f:
+    with open(os.path.join(d, "check.tmp" + suffix), "w") as f:
         f.write(hashlib.sha256(blob).hexdigest())
-    os.rename(os.path.join(d, "check.tmp"), os.path.join(d, "check"))
+    os.rename(os.path.join(d, "check.tmp" + suffix), os.path.join(d, "check" + suffix))
 
 
 signal.signal(signal.SIGUSR1, check)
+if suffix:
+    while True:
+        signal.pause()
 i = 0
 while True:
     i += 1
