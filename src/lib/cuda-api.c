@@ -39,8 +39,10 @@ struct cuda_ops {
 };
 
 static struct cuda_ops ops;
-static pthread_once_t load_once = PTHREAD_ONCE_INIT;
-static struct stasis_error *load_error;
+static pthread_once_t load_once = PTHREAD_ONCE_INIT, init_once = PTHREAD_ONCE_INIT;
+/* Loading covers the library, its symbols and version; cuInit, which takes
+ * a fifth of a second, comes apart so that it can run beside other work. */
+static struct stasis_error *load_error, *init_error;
 
 struct symbol {
 	const char *name;
@@ -71,7 +73,6 @@ static void load(void)
 	    {"cuCheckpointProcessRestore", (void **)&ops.restore, true},
 	    {"cuCheckpointProcessUnlock", (void **)&ops.unlock, true},
 	};
-	CUresult r;
 
 	ops.handle = dlopen(library_name(), RTLD_NOW | RTLD_LOCAL);
 	if (!ops.handle) {
@@ -99,24 +100,57 @@ static void load(void)
 		stasis_error_hint(&load_error, "stasis needs driver 570 or newer");
 		return;
 	}
-	r = ops.init(0);
-	if (r != CUDA_SUCCESS) {
-		cuda_error(&load_error, r, "cuInit", 0);
-		if (r == CUDA_ERROR_NO_DEVICE)
-			stasis_error_hint(&load_error, "no GPU is visible to stasis");
-	}
+}
+
+static void init(void)
+{
+	CUresult r = ops.init(0);
+
+	if (r == CUDA_SUCCESS)
+		return;
+	cuda_error(&init_error, r, "cuInit", 0);
+	if (r == CUDA_ERROR_NO_DEVICE)
+		stasis_error_hint(&init_error, "no GPU is visible to stasis");
+}
+
+static int report(const struct stasis_error *kept, struct stasis_error **err)
+{
+	if (!kept)
+		return 0;
+	stasis_error_set(err, kept->status, kept->domain, kept->code, "%s", kept->message);
+	if (kept->hint)
+		stasis_error_hint(err, "%s", kept->hint);
+	return -kept->status;
+}
+
+int cuda_open(struct stasis_error **err)
+{
+	pthread_once(&load_once, load);
+	return report(load_error, err);
 }
 
 int cuda_load(struct stasis_error **err)
 {
-	pthread_once(&load_once, load);
-	if (!load_error)
-		return 0;
-	stasis_error_set(err, load_error->status, load_error->domain, load_error->code, "%s",
-			 load_error->message);
-	if (load_error->hint)
-		stasis_error_hint(err, "%s", load_error->hint);
-	return -load_error->status;
+	int r = cuda_open(err);
+
+	if (r < 0)
+		return r;
+	pthread_once(&init_once, init);
+	return report(init_error, err);
+}
+
+static void *load_beside(void *unused)
+{
+	cuda_load(NULL);
+	return NULL;
+}
+
+void cuda_load_begin(void)
+{
+	pthread_t thread;
+
+	if (pthread_create(&thread, NULL, load_beside, NULL) == 0)
+		pthread_detach(thread);
 }
 
 bool cuda_available(void)

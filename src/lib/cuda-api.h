@@ -45,6 +45,13 @@ struct cuda_gpu_pair {
  * once per run. Without a driver: ENODEV "no NVIDIA driver found". */
 int cuda_load(struct stasis_error **err);
 
+/* Only load it: its version is known, the driver calls need cuda_load(). */
+int cuda_open(struct stasis_error **err);
+
+/* cuda_load() in a thread of its own, its result kept: a later
+ * cuda_load() waits for it and reports it. */
+void cuda_load_begin(void);
+
 /* CUDA version of the driver: 13000 for CUDA 13.0 (driver 580). */
 int cuda_driver_version(void);
 

@@ -65,7 +65,7 @@ int restore_gpu_preflight(const struct manifest *m, const char *map, struct gpu_
 	memset(plan, 0, sizeof(*plan));
 	if (manifest_cuda_count(m) == 0)
 		return 0;
-	r = cuda_load(err);
+	r = cuda_open(err);
 	if (r < 0)
 		return stasis_error_wrap(err, "the image holds GPU state");
 	if (cuda_driver_version() < m->cuda_driver_version) {
@@ -101,8 +101,13 @@ static void kill_tree(const struct manifest *m)
 int restore_resume_gpus(struct manifest *m, const struct gpu_plan *plan, struct stasis_error **err)
 {
 	struct gpu_batch batch = {.pairs = plan->pairs, .npairs = plan->npairs};
+	uint64_t start = now_usec();
 	int r = 0;
 
+	if (manifest_cuda_count(m)) {
+		r = cuda_load(err); /* waits for cuda_load_begin()'s */
+		manifest_add_phase(m, "cuda_init_wait", now_usec() - start);
+	}
 	for (size_t i = 0; i < m->nprocs && r == 0; i++)
 		if (m->procs[i].cuda && gpu_batch_add(&batch, m->procs[i].pid) < 0)
 			r = stasis_error_errno(err, ENOMEM, "out of memory");
@@ -237,7 +242,8 @@ static int restore_container(const struct stasis_restore_options *o, struct mani
 }
 
 /* The image's pages are verified while CRIU restores (see
- * on_criu_notify); what else the tree restore needs comes first. */
+ * on_criu_notify); what else the tree restore needs comes first. cuInit
+ * runs beside CRIU: only the GPU restore, after it, needs it. */
 static int restore_tree(const struct stasis_restore_options *o, struct manifest *m,
 			struct image_verifier *verifier, pid_t *root_out, struct stasis_error **err)
 {
@@ -259,6 +265,8 @@ static int restore_tree(const struct stasis_restore_options *o, struct manifest 
 		return lock_fd;
 	r = wait_pids_free(m, err);
 	manifest_add_phase(m, "preflight", now_usec() - start);
+	if (r == 0 && manifest_cuda_count(m))
+		cuda_load_begin();
 	if (r == 0)
 		r = restore_locked(o, m, verifier, &plan, root_out, err);
 	pid_unlock(lock_fd);
