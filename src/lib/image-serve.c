@@ -59,7 +59,6 @@ struct image_server {
 	pthread_cond_t changed;
 	bool failed;				 /* under lock, with files[].ready */
 	uint64_t started, first_read, last_read; /* now_usec(); reads: under lock */
-	uint64_t produced, sent;		 /* bytes ready and sent, all files */
 	unsigned int waiting;			 /* reads waiting for their bytes */
 	pthread_t threads[SERVE_THREADS];
 	unsigned int nthreads;
@@ -232,7 +231,7 @@ static void serve_read(struct image_server *s, const struct fuse_in_header *in,
 		return;
 	pthread_mutex_lock(&s->lock);
 	count_read(f, arg->offset, end);
-	s->sent += end - arg->offset;
+	f->sent += end - arg->offset;
 	s->last_read = now_usec();
 	if (!s->first_read)
 		s->first_read = s->last_read;
@@ -362,19 +361,18 @@ int image_serve_start(const char *mnt, struct serve_file *files, size_t nfiles,
 void image_serve_ready(struct image_server *s, size_t i, uint64_t ready)
 {
 	pthread_mutex_lock(&s->lock);
-	s->produced += ready - s->files[i].ready;
 	s->files[i].ready = ready;
 	pthread_cond_broadcast(&s->changed);
 	pthread_mutex_unlock(&s->lock);
 }
 
-bool image_serve_ahead(struct image_server *s, uint64_t limit)
+bool image_serve_ahead(struct image_server *s, size_t i, uint64_t limit)
 {
 	bool ahead;
 
 	pthread_mutex_lock(&s->lock);
-	ahead = !s->failed && !s->waiting && s->produced - s->sent > limit && s->last_read &&
-		now_usec() - s->last_read < READING_US;
+	ahead = !s->failed && !s->waiting && s->files[i].ready - s->files[i].sent > limit &&
+		s->last_read && now_usec() - s->last_read < READING_US;
 	pthread_mutex_unlock(&s->lock);
 	return ahead;
 }

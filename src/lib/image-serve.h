@@ -20,6 +20,7 @@ struct serve_file {
 	unsigned char *data; /* size bytes, filled from the start on */
 	uint64_t size;
 	uint64_t ready;		    /* how many of them are there: see image_serve_ready */
+	uint64_t sent;		    /* how many were read: the server's */
 	struct serve_block *blocks; /* what was read of each SERVE_BLOCK: the server's */
 };
 
@@ -36,12 +37,14 @@ int image_serve_start(const char *mnt, struct serve_file *files, size_t nfiles,
 		      struct image_server **out);
 /* The first ready bytes of file i are there; reads up to them go on. */
 void image_serve_ready(struct image_server *s, size_t i, uint64_t ready);
-/* Whether the bytes ready but not yet read are more than limit while the
- * reader keeps reading: the writer may wait, as the memory they hold is
- * given back only once read. Never while a read waits for its bytes, nor
- * when the reader stopped reading (it may read elsewhere first), so that
- * a writer that waits can never hold the reader up. */
-bool image_serve_ahead(struct image_server *s, uint64_t limit);
+/* Whether the bytes of file i ready but not yet read are more than limit
+ * while the reader keeps reading: its writer may wait, as the memory they
+ * hold is given back only once read. Never while a read waits for its
+ * bytes, nor when the reader stopped reading (it may read elsewhere
+ * first), so that a writer that waits can never hold the reader up. Each
+ * file has its own lead: the processes of a tree read theirs side by side,
+ * and one's lead must not hold back another's pages. */
+bool image_serve_ahead(struct image_server *s, size_t i, uint64_t limit);
 /* When, after the start, the first and the last read were answered
  * (microseconds; 0 for none). */
 void image_serve_times(struct image_server *s, uint64_t *first, uint64_t *last);

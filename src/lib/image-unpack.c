@@ -214,10 +214,10 @@ static void pause_while_asked(struct unpacker *u, struct unpack_file *f)
 {
 	uint64_t start;
 
-	if (!u->sink->pause || !u->sink->pause(u->sink->ctx))
+	if (!u->sink->pause || !u->sink->pause(u->sink->ctx, f->index))
 		return;
 	start = now_usec();
-	while (!(u->cancel && atomic_load(u->cancel)) && u->sink->pause(u->sink->ctx))
+	while (!(u->cancel && atomic_load(u->cancel)) && u->sink->pause(u->sink->ctx, f->index))
 		usleep(PAUSE_POLL_US);
 	f->pause_usec += now_usec() - start;
 }

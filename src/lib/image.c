@@ -151,15 +151,16 @@ static void pages_ready(void *ctx, size_t i, uint64_t bytes)
 	image_serve_ready(v->server, v->slot[i], bytes);
 }
 
-/* Decompressing far ahead of CRIU only holds memory: CRIU takes the pages
- * more slowly than they come, and they are given back once it has. */
+/* Decompressing a file far ahead of CRIU's reads of it only holds memory:
+ * CRIU takes the pages more slowly than they come, and they are given back
+ * once it has. Each file may be this far ahead. */
 #define SERVE_AHEAD (256ull << 20)
 
-static bool pages_ahead(void *ctx)
+static bool pages_ahead(void *ctx, size_t i)
 {
 	struct image_verifier *v = ctx;
 
-	return image_serve_ahead(v->server, SERVE_AHEAD);
+	return image_serve_ahead(v->server, v->slot[i], SERVE_AHEAD);
 }
 
 static void *verify_pages(void *arg)

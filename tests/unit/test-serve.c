@@ -247,21 +247,25 @@ static void ahead_only_while_reading(void **state)
 	}
 	rd.buf = malloc(rd.len);
 	image_serve_ready(server, 0, 6 * MIB);
-	assert_false(image_serve_ahead(server, MIB));
+	assert_false(image_serve_ahead(server, 0, MIB));
 	snprintf(path, sizeof(path), "%s/pages-1.img", mnt);
 	fd = open(path, O_RDONLY);
 	assert_true(fd >= 0);
 	assert_int_equal(pread(fd, buf, MIB, 0), MIB);
-	assert_true(image_serve_ahead(server, MIB));
-	assert_false(image_serve_ahead(server, 5 * MIB));
+	assert_true(image_serve_ahead(server, 0, MIB));
+	assert_false(image_serve_ahead(server, 0, 5 * MIB));
+	/* Another file's lead is its own. */
+	assert_false(image_serve_ahead(server, 1, MIB));
 	assert_int_equal(pthread_create(&t, NULL, read_file, &rd), 0);
 	sleep_ms(100);
 	assert_false(atomic_load(&rd.done));
-	assert_false(image_serve_ahead(server, MIB));
+	assert_false(image_serve_ahead(server, 0, MIB));
 	image_serve_ready(server, 1, MIB);
 	pthread_join(t, NULL);
 	assert_int_equal(rd.got, MIB);
-	assert_true(image_serve_ahead(server, MIB));
+	assert_true(image_serve_ahead(server, 0, MIB));
+	image_serve_ready(server, 1, 4 * MIB);
+	assert_true(image_serve_ahead(server, 1, 2 * MIB));
 	close(fd);
 	free(rd.buf);
 	free(buf);
