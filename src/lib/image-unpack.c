@@ -66,7 +66,7 @@ struct unpacker {
 	pthread_mutex_t lock;
 	pthread_cond_t changed;
 	struct unpack_job queue[QUEUE_LEN];
-	size_t head, queued, busy;
+	size_t head, queued;
 	bool done;
 	int error;     /* the first, as -errno */
 	size_t failed; /* the file it came from */
@@ -189,7 +189,6 @@ static void *unpack_worker(void *arg)
 		j = u->queue[u->head];
 		u->head = (u->head + 1) % QUEUE_LEN;
 		u->queued--;
-		u->busy++;
 		skip = u->error != 0;
 		pthread_cond_broadcast(&u->changed);
 		pthread_mutex_unlock(&u->lock);
@@ -200,7 +199,6 @@ static void *unpack_worker(void *arg)
 			frame_done(u, j.file, j.seq);
 		j.file->pending--;
 		chunk_put(u, j.chunk);
-		u->busy--;
 		pthread_cond_broadcast(&u->changed);
 	}
 	pthread_mutex_unlock(&u->lock);
