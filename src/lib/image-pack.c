@@ -437,12 +437,7 @@ static void wait_for_work(struct image_packer *p)
 {
 	struct timespec ts;
 
-	clock_gettime(CLOCK_REALTIME, &ts);
-	ts.tv_nsec += PACK_IDLE_US * 1000L;
-	if (ts.tv_nsec >= 1000000000L) {
-		ts.tv_sec++;
-		ts.tv_nsec -= 1000000000L;
-	}
+	deadline_in_usec(&ts, PACK_IDLE_US);
 	pthread_cond_timedwait(&p->work, &p->lock, &ts);
 }
 

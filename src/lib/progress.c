@@ -25,17 +25,6 @@ void progress_enable(bool on)
 	progress.enabled = on;
 }
 
-static void deadline_in(struct timespec *ts, unsigned int ms)
-{
-	clock_gettime(CLOCK_REALTIME, ts);
-	ts->tv_sec += ms / 1000;
-	ts->tv_nsec += (long)(ms % 1000) * 1000000;
-	if (ts->tv_nsec >= 1000000000) {
-		ts->tv_sec++;
-		ts->tv_nsec -= 1000000000;
-	}
-}
-
 static void *show(void *arg)
 {
 	unsigned int wait_ms = PROGRESS_DELAY_MS;
@@ -45,7 +34,7 @@ static void *show(void *arg)
 	while (!progress.stop) {
 		struct timespec ts;
 
-		deadline_in(&ts, wait_ms);
+		deadline_in_usec(&ts, (uint64_t)wait_ms * 1000u);
 		if (pthread_cond_timedwait(&progress.wake, &progress.lock, &ts) == 0)
 			continue; /* woken: stop is set, or spurious */
 		fprintf(stderr, "\r\033[Kstasis: %s... %.1f s", progress.what,

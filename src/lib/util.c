@@ -16,6 +16,17 @@ uint64_t now_usec(void)
 	return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
 }
 
+void deadline_in_usec(struct timespec *ts, uint64_t us)
+{
+	clock_gettime(CLOCK_REALTIME, ts);
+	ts->tv_sec += (time_t)(us / 1000000u);
+	ts->tv_nsec += (long)(us % 1000000u) * 1000;
+	if (ts->tv_nsec >= 1000000000L) {
+		ts->tv_sec++;
+		ts->tv_nsec -= 1000000000L;
+	}
+}
+
 char *read_file_str(const char *path, size_t *len_out)
 {
 	_cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);

@@ -53,6 +53,11 @@ static inline void fclosep(FILE **f)
 /* Monotonic time in microseconds. */
 uint64_t now_usec(void);
 
+/* The CLOCK_REALTIME deadline us microseconds from now, as
+ * pthread_cond_timedwait wants it. */
+struct timespec;
+void deadline_in_usec(struct timespec *ts, uint64_t us);
+
 /* Read a whole small file (procfs, sysfs) into a NUL-terminated buffer. */
 char *read_file_str(const char *path, size_t *len_out);
 
