@@ -18,7 +18,6 @@
 #include "util.h"
 
 #define FOLLOW_IDLE_US 5000
-/* Writeback is started in steps this big. */
 
 struct followed_file {
 	char *name; /* relative to the image directory, like the manifest's */

@@ -14,10 +14,11 @@
 /* Where the pages go: maps[i] holds the unpacked_size bytes of the
  * manifest's file i; ready, if set, hears each time more of file i is
  * whole from its start (bytes); while pause, if set, says so for file i,
- * no more of its frames are handed out. read_usec adds up the time spent waiting for the
- * compressed files to be read, queue_usec the time the reader waited for
- * the decompressing threads to take frames, pause_usec the pauses.
- * threads: how many decompress; 0 for pack_threads(). */
+ * no more of its frames are handed out. read_usec adds up the time spent
+ * waiting for the compressed files to be read, queue_usec the time the
+ * readers waited for the decompressing threads to take frames, pause_usec
+ * the pauses, each summed over the files read at once. threads: how many
+ * decompress; 0 for pack_threads(). */
 struct unpack_sink {
 	unsigned char *const *maps;
 	unsigned int threads;

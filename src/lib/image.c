@@ -139,9 +139,8 @@ struct image_verifier {
 	atomic_bool cancel;
 	int result; /* -errno of the hashing */
 	size_t failed;
-	uint64_t unpack_usec, unpack_read_usec; /* how long it took, and read */
-	uint64_t unpack_queue_usec;		/* waited for the decompression */
-	uint64_t unpack_pause_usec;		/* waited for CRIU's reads */
+	uint64_t unpack_usec;	 /* how long the decompression took */
+	struct unpack_sink sink; /* and where its time went */
 };
 
 static void pages_ready(void *ctx, size_t i, uint64_t bytes)
@@ -168,19 +167,17 @@ static void *verify_pages(void *arg)
 	struct image_verifier *v = arg;
 	/* Served, the decompression leaves half the cores to CRIU and the
 	 * FUSE threads: it is ahead of them with that. */
-	struct unpack_sink sink = {.maps = v->maps,
-				   .threads = v->server ? (pack_threads() + 1) / 2 : 0,
-				   .ready = v->server ? pages_ready : NULL,
-				   .pause = v->server ? pages_ahead : NULL,
-				   .ctx = v};
+	v->sink = (struct unpack_sink){.maps = v->maps,
+				       .threads = v->server ? (pack_threads() + 1) / 2 : 0,
+				       .ready = v->server ? pages_ready : NULL,
+				       .pause = v->server ? pages_ahead : NULL,
+				       .ctx = v};
 	uint64_t start = now_usec();
 
 	if (v->stage[0]) {
-		v->result = image_unpack(v->dirfd, v->m, v->actual, &sink, &v->cancel, &v->failed);
+		v->result =
+		    image_unpack(v->dirfd, v->m, v->actual, &v->sink, &v->cancel, &v->failed);
 		v->unpack_usec = now_usec() - start;
-		v->unpack_read_usec = sink.read_usec;
-		v->unpack_queue_usec = sink.queue_usec;
-		v->unpack_pause_usec = sink.pause_usec;
 	} else
 		v->result = hash_files(v->dirfd, v->actual, v->m->nfiles, hash_skip_all_but_pages,
 				       &v->cancel, &v->failed);
@@ -442,11 +439,11 @@ void image_verifier_record(const struct image_verifier *v, struct manifest *m)
 	if (!v->unpack_usec)
 		return;
 	manifest_add_phase(m, "unpack", v->unpack_usec);
-	manifest_add_phase(m, "unpack_read", v->unpack_read_usec);
-	manifest_add_phase(m, "unpack_queue_wait", v->unpack_queue_usec);
+	manifest_add_phase(m, "unpack_read", v->sink.read_usec);
+	manifest_add_phase(m, "unpack_queue_wait", v->sink.queue_usec);
 	if (!v->server)
 		return;
-	manifest_add_phase(m, "unpack_paused", v->unpack_pause_usec);
+	manifest_add_phase(m, "unpack_paused", v->sink.pause_usec);
 	image_serve_times(v->server, &first, &last);
 	manifest_add_phase(m, "serve_first_read", first);
 	manifest_add_phase(m, "serve_last_read", last);
