@@ -252,8 +252,6 @@ int container_restore(const struct stasis_restore_options *o, struct manifest *m
 		r = restore_gpu_preflight(m, o->gpu_map, &plan, err);
 	if (r < 0)
 		return r;
-	if (manifest_cuda_count(m))
-		cuda_load_begin(); /* beside runc, as for a tree */
 	snprintf(images, sizeof(images), "%s/%s", o->dir, IMAGE_CRIU_SUBDIR);
 	snprintf(work, sizeof(work), "%s/restore-%d", o->dir, (int)getpid());
 	start = now_usec();

@@ -55,8 +55,8 @@ static int wait_pids_free(const struct manifest *m, struct stasis_error **err)
 	}
 }
 
-int restore_gpu_preflight(const struct manifest *m, const char *map, struct gpu_plan *plan,
-			  struct stasis_error **err)
+static int plan_gpus(const struct manifest *m, const char *map, struct gpu_plan *plan,
+		     struct stasis_error **err)
 {
 	_cleanup_free_ struct nvml_gpu *gpus = NULL;
 	size_t ngpus = 0;
@@ -90,6 +90,18 @@ int restore_gpu_preflight(const struct manifest *m, const char *map, struct gpu_
 		return stasis_error_hint(err, "restore on the same GPUs or upgrade the driver");
 	}
 	return 0;
+}
+
+int restore_gpu_preflight(const struct manifest *m, const char *map, struct gpu_plan *plan,
+			  struct stasis_error **err)
+{
+	int r = plan_gpus(m, map, plan, err);
+
+	/* Only the GPU restore needs cuInit: it runs beside what comes next,
+	 * CRIU's restore above all. */
+	if (r == 0 && manifest_cuda_count(m))
+		cuda_load_begin();
+	return r;
 }
 
 static void kill_tree(const struct manifest *m)
@@ -242,8 +254,7 @@ static int restore_container(const struct stasis_restore_options *o, struct mani
 }
 
 /* The image's pages are verified while CRIU restores (see
- * on_criu_notify); what else the tree restore needs comes first. cuInit
- * runs beside CRIU: only the GPU restore, after it, needs it. */
+ * on_criu_notify); what else the tree restore needs comes first. */
 static int restore_tree(const struct stasis_restore_options *o, struct manifest *m,
 			struct image_verifier *verifier, pid_t *root_out, struct stasis_error **err)
 {
@@ -265,8 +276,6 @@ static int restore_tree(const struct stasis_restore_options *o, struct manifest 
 		return lock_fd;
 	r = wait_pids_free(m, err);
 	manifest_add_phase(m, "preflight", now_usec() - start);
-	if (r == 0 && manifest_cuda_count(m))
-		cuda_load_begin();
 	if (r == 0)
 		r = restore_locked(o, m, verifier, &plan, root_out, err);
 	pid_unlock(lock_fd);

@@ -36,7 +36,8 @@ int checkpoint_seal_image(const char *dir, struct manifest *m, struct image_foll
 /* EINTR naming step when SIGINT or SIGTERM arrived (fault simulates one). */
 int checkpoint_check_interrupted(const char *fault, const char *step, struct stasis_error **err);
 
-/* Driver, GPUs and the GPU map for a restore of m, before anything runs. */
+/* Driver, GPUs and the GPU map for a restore of m, before anything runs;
+ * once they pass, cuInit starts in the background (cuda_load_begin). */
 int restore_gpu_preflight(const struct manifest *m, const char *map, struct gpu_plan *plan,
 			  struct stasis_error **err);
 
