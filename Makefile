@@ -32,7 +32,7 @@ UNIT_BIN  := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 FAKE_CUDA := $(BUILD)/fake/libcuda.so.1
 WORKLOADS := $(BUILD)/bin/fake-cuda-worker
 # stasis's CRIU plugin, found by stasis at ../lib/stasis/criu from its binary.
-PLUGIN    := $(BUILD)/lib/stasis/criu/stasis_nvidia_files.so
+PLUGIN    := $(BUILD)/lib/stasis/criu/stasis_nvidia.so
 
 .PHONY: all deps criu check unit e2e demo clean format format-check gpu-bundle bench bench-cpu
 all: $(STASIS) $(BUILD)/bin/cuda-checkpoint $(PLUGIN)
@@ -44,7 +44,7 @@ $(DEPS_OK): scripts/deps.sh
 deps: $(DEPS_OK)
 
 # CRIU is built once; its own script skips the work when it is there.
-$(CRIU)/lib/libcriu.a: scripts/build-criu.sh scripts/fetch-criu.sh | $(DEPS_OK)
+$(CRIU)/lib/libcriu.a: scripts/build-criu.sh scripts/fetch-criu.sh $(wildcard scripts/criu-patches/*.patch) | $(DEPS_OK)
 	@./scripts/build-criu.sh $(BUILD)/downloads $(BUILD)/criu-build $(CRIU)
 	@touch $@
 
@@ -62,9 +62,12 @@ $(STASIS): $(LIB_OBJ) $(CLI_OBJ)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
-$(PLUGIN): src/criu-plugin/nvidia-files.c $(CRIU)/lib/libcriu.a
+PLUGIN_SRC := $(wildcard src/criu-plugin/*.c)
+
+$(PLUGIN): $(PLUGIN_SRC) src/criu-plugin/plugin.h $(CRIU)/lib/libcriu.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) $(CFLAGS) -shared -fPIC -o $@ $<
+	rm -f $(dir $@)stasis_nvidia_files.so
+	$(CC) $(CPPFLAGS) $(CFLAGS) -shared -fPIC -o $@ $(PLUGIN_SRC)
 
 $(BUILD)/bin/cuda-checkpoint: $(STASIS)
 	ln -sf stasis $@

@@ -10,18 +10,26 @@ downloads=$1
 build=$2
 prefix=$3
 
+here=$(cd "$(dirname "$0")" && pwd)
+# The patches stasis carries (each written to go upstream): a build made
+# with another set is made again.
+patches=$(cat "$here"/criu-patches/*.patch | sha256sum | cut -d' ' -f1)
+
 if [ -x "$prefix/sbin/criu" ] && [ -f "$prefix/lib/libcriu.a" ] &&
-	[ -f "$prefix/lib/criu/cuda_plugin.so" ] && [ -f "$prefix/include/criu/criu-plugin.h" ]; then
+	[ -f "$prefix/lib/criu/cuda_plugin.so" ] && [ -f "$prefix/include/criu/criu-plugin.h" ] &&
+	[ "$(cat "$prefix/patches" 2>/dev/null)" = "$patches" ]; then
 	exit 0
 fi
 
-here=$(cd "$(dirname "$0")" && pwd)
 "$here/fetch-criu.sh" "$downloads"
 
 src="$build/criu-$VERSION"
 rm -rf "$src"
 mkdir -p "$build"
 tar -xJf "$downloads/criu_$VERSION.orig.tar.xz" -C "$build"
+for p in "$here"/criu-patches/*.patch; do
+	patch -s -p1 -d "$src" <"$p" || { echo "build-criu: $p does not apply" >&2; exit 1; }
+done
 
 jobs=$(nproc 2>/dev/null || echo 2)
 echo "build-criu: building CRIU $VERSION (criu, libcriu, cuda plugin)"
@@ -38,4 +46,5 @@ install -m 644 "$src/lib/c/libcriu.a" "$prefix/lib/libcriu.a"
 install -m 644 "$src/lib/c/criu.h" "$src/criu/include/version.h" \
 	"$src/images/rpc.pb-c.h" "$src/criu/include/criu-plugin.h" "$prefix/include/criu/"
 install -m 755 "$src/plugins/cuda/cuda_plugin.so" "$prefix/lib/criu/cuda_plugin.so"
+echo "$patches" >"$prefix/patches"
 echo "build-criu: installed into $prefix"

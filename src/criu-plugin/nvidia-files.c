@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* A CRIU plugin for the /dev/nvidia* descriptors a process still holds after
+/* The /dev/nvidia* descriptors a process still holds after
  * the driver's checkpoint, such as a child forked from a CUDA parent that
  * never used CUDA itself. CRIU cannot save a character device it does not
  * know; this plugin saves the path and open flags of each such descriptor
@@ -15,20 +15,14 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "plugin.h"
+
 #define RECORD_NAME "stasis-nvidia-file-%x"
-
-/* Tests point this at device nodes of their own. */
-static const char *dev_prefix(void)
-{
-	const char *p = getenv("STASIS_NVIDIA_DEV_PREFIX");
-
-	return p && *p ? p : "/dev/nvidia";
-}
 
 /* /dev/nvidiaN with N given by the map; other paths stay as they are. */
 static void map_path(const char *path, char *out, size_t len)
 {
-	const char *prefix = dev_prefix(), *map = getenv("STASIS_NVIDIA_DEV_MAP");
+	const char *prefix = plugin_dev_prefix(), *map = getenv("STASIS_NVIDIA_DEV_MAP");
 	size_t plen = strlen(prefix);
 	char *end;
 	long minor;
@@ -49,7 +43,7 @@ static void map_path(const char *path, char *out, size_t len)
 	}
 }
 
-static int dump_file(int fd, int id)
+int nvidia_dump_file(int fd, int id)
 {
 	char link[64], path[PATH_MAX], name[64];
 	int flags, out;
@@ -60,7 +54,7 @@ static int dump_file(int fd, int id)
 	if (n < 0)
 		return -errno;
 	path[n] = '\0';
-	if (strncmp(path, dev_prefix(), strlen(dev_prefix())) != 0)
+	if (strncmp(path, plugin_dev_prefix(), strlen(plugin_dev_prefix())) != 0)
 		return -ENOTSUP; /* not ours: another plugin may know it */
 	flags = fcntl(fd, F_GETFL);
 	if (flags < 0)
@@ -74,7 +68,7 @@ static int dump_file(int fd, int id)
 	return 0;
 }
 
-static int restore_file(int id)
+int nvidia_restore_file(int id)
 {
 	char name[64], line[PATH_MAX + 32], path[PATH_MAX], mapped[PATH_MAX];
 	unsigned int flags;
@@ -99,7 +93,3 @@ static int restore_file(int id)
 	fd = open(mapped, (int)flags & ~(O_CREAT | O_TRUNC | O_EXCL));
 	return fd < 0 ? -errno : fd;
 }
-
-CR_PLUGIN_REGISTER_DUMMY("stasis_nvidia_files")
-CR_PLUGIN_REGISTER_HOOK(CR_PLUGIN_HOOK__DUMP_EXT_FILE, dump_file)
-CR_PLUGIN_REGISTER_HOOK(CR_PLUGIN_HOOK__RESTORE_EXT_FILE, restore_file)

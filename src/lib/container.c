@@ -16,6 +16,7 @@
 #include "fault.h"
 #include "image.h"
 #include "lock.h"
+#include "preflight.h"
 #include "proc.h"
 #include "progress.h"
 #include "runc.h"
@@ -166,6 +167,7 @@ int container_checkpoint(const struct stasis_checkpoint_options *o, struct manif
 {
 	struct runc_container c;
 	struct image_follower *follower = NULL;
+	struct gpu_handoff handoff;
 	uint64_t start = now_usec();
 	int r, lock_fd;
 
@@ -180,34 +182,30 @@ int container_checkpoint(const struct stasis_checkpoint_options *o, struct manif
 	r = describe_container(&c, m, err);
 	if (r == 0)
 		r = checkpoint_gpu_preflight(m, batch, err);
+	if (r == 0)
+		r = preflight_image_room(m, o->dir, false, err);
 	manifest_add_phase(m, "preflight", now_usec() - start);
 	/* From here on the container changes: every failure rolls back. */
 	if (r == 0)
 		r = checkpoint_suspend_gpus(batch, m, err);
 	if (r == 0)
 		r = checkpoint_check_interrupted("sigterm-before-dump", "runc checkpoint", err);
-	if (r == 0) {
-		image_follow_start(o->dir, &follower, NULL);
-		r = dump(o, m, err);
-	}
 	if (r < 0) {
-		image_follow_free(follower);
 		gpu_rollback(batch, err);
 		pid_unlock(lock_fd);
 		return r;
 	}
-	r = checkpoint_seal_image(o->dir, m, follower, err);
-	image_follow_free(follower);
-	if (r < 0 && !o->leave_running)
-		restore_after_failure(o, &c, m, err);
-	if (o->leave_running) {
-		int resumed = gpu_resume(batch, r < 0 ? NULL : err);
-
-		gpu_record(batch, m);
-		if (r == 0 && resumed < 0)
-			r = stasis_error_wrap(err,
-					      "image written, but resuming the GPU work failed");
+	image_follow_start(o->dir, &follower, NULL);
+	r = gpu_handoff_dump_begin(&handoff, batch, m, o->leave_running, err);
+	if (r == 0)
+		r = dump(o, m, err);
+	r = checkpoint_dump_end(&handoff, batch, m, o->leave_running, r, err);
+	if (r == 0) {
+		r = checkpoint_seal_image(o->dir, m, follower, err);
+		if (r < 0 && !o->leave_running)
+			restore_after_failure(o, &c, m, err);
 	}
+	image_follow_free(follower);
 	pid_unlock(lock_fd);
 	return r;
 }
@@ -243,10 +241,12 @@ int container_restore(const struct stasis_restore_options *o, struct manifest *m
 		      struct stasis_error **err)
 {
 	char images[PATH_MAX], work[PATH_MAX];
+	_cleanup_error_ struct stasis_error *gpu_err = NULL;
 	const char *id, *bundle;
+	struct gpu_handoff handoff;
 	struct gpu_plan plan;
 	uint64_t start;
-	int r = restore_preflight(o, m, &id, &bundle, err);
+	int served, r = restore_preflight(o, m, &id, &bundle, err);
 
 	if (r == 0)
 		r = restore_gpu_preflight(m, o->gpu_map, &plan, err);
@@ -256,17 +256,26 @@ int container_restore(const struct stasis_restore_options *o, struct manifest *m
 	snprintf(work, sizeof(work), "%s/restore-%d", o->dir, (int)getpid());
 	start = now_usec();
 	setenv("STASIS_NVIDIA_DEV_MAP", plan.dev_map, 1);
+	r = gpu_handoff_restore_begin(&handoff, m, &plan, true, err);
 	progress_begin("runc restore of %zu process%s", m->nprocs, m->nprocs == 1 ? "" : "es");
-	r = fault_at("criu-restore", 0) ? stasis_error_set(err, EIO, STASIS_DOMAIN_CRIU, 0,
-							   "runc restore failed: injected fault")
-					: runc_restore(id, bundle, images, work, err);
+	if (r == 0)
+		r = fault_at("criu-restore", 0)
+			? stasis_error_set(err, EIO, STASIS_DOMAIN_CRIU, 0,
+					   "runc restore failed: injected fault")
+			: runc_restore(id, bundle, images, work, err);
 	progress_end();
 	unsetenv("STASIS_NVIDIA_DEV_MAP");
+	served = gpu_handoff_end(&handoff, &gpu_err);
 	manifest_add_phase(m, "runc_restore", now_usec() - start);
-	if (r < 0)
-		return r;
-	r = adopt_host_pids(id, m, root_out, err);
+	if (served < 0) {
+		/* The GPU restore failed inside CRIU, which then failed too. */
+		stasis_error_free(*err);
+		*err = TAKE_PTR(gpu_err);
+		r = served;
+	}
 	if (r == 0)
+		r = adopt_host_pids(id, m, root_out, err);
+	if (r == 0 && served == 0)
 		r = restore_resume_gpus(m, &plan, err);
 	if (r < 0) {
 		runc_destroy(id);

@@ -11,7 +11,7 @@
 
 #include "util.h"
 
-#define PLUGIN_NAME "stasis_nvidia_files.so"
+#define PLUGIN_NAME "stasis_nvidia.so"
 
 const char *nvidia_dev_prefix(void)
 {
@@ -74,24 +74,27 @@ int nvidia_refs_of(pid_t pid, struct nvidia_refs *refs)
 	return 0;
 }
 
+/* A CUDA process still mapping the device after the driver's checkpoint
+ * would come back with mappings of a GPU context that is gone. */
 static int refuse_mapping(const struct manifest_process *p, const struct nvidia_refs *refs,
-			  bool cuda_only, struct stasis_error **err)
+			  struct stasis_error **err)
 {
-	if (cuda_only) {
-		stasis_error_set(
-		    err, ENOTSUP, STASIS_DOMAIN_CUDA, 0,
-		    "PID %d (%s) still maps %s (%u mappings) after the GPU checkpoint; "
-		    "CRIU cannot save device mappings",
-		    (int)p->pid, p->comm, refs->mapped_path, refs->maps);
-		return stasis_error_hint(err, "the driver did not release it: report the "
-					      "program and driver version");
-	}
-	stasis_error_set(err, ENOTSUP, STASIS_DOMAIN_USAGE, 0,
-			 "PID %d (%s) maps %s (%u mappings) but the driver does not know it as "
-			 "a CUDA process; CRIU cannot save device mappings",
+	stasis_error_set(err, ENOTSUP, STASIS_DOMAIN_CUDA, 0,
+			 "PID %d (%s) still maps %s (%u mappings) after the GPU checkpoint; "
+			 "CRIU cannot save device mappings",
 			 (int)p->pid, p->comm, refs->mapped_path, refs->maps);
-	return stasis_error_hint(err, "a child forked from a CUDA process keeps them: let it "
-				      "exec or exit, or checkpoint the CUDA process alone");
+	return stasis_error_hint(err, "the driver did not release it: report the "
+				      "program and driver version");
+}
+
+static int require_plugin(const struct manifest_process *p, const struct nvidia_refs *refs,
+			  struct stasis_error **err)
+{
+	stasis_error_set(err, ENOENT, STASIS_DOMAIN_USAGE, 0,
+			 "PID %d (%s) holds %u %s* descriptors and %u mappings, and stasis's "
+			 "CRIU plugin (" PLUGIN_NAME ") is not installed",
+			 (int)p->pid, p->comm, refs->fds, nvidia_dev_prefix(), refs->maps);
+	return stasis_error_hint(err, "install stasis with 'make'");
 }
 
 int nvidia_refs_check(struct manifest *m, bool cuda_only, struct stasis_error **err)
@@ -102,16 +105,14 @@ int nvidia_refs_check(struct manifest *m, bool cuda_only, struct stasis_error **
 
 		if (p->cuda != cuda_only || nvidia_refs_of(p->pid, &refs) < 0)
 			continue;
-		if (refs.maps)
-			return refuse_mapping(p, &refs, cuda_only, err);
+		if (refs.maps && cuda_only)
+			return refuse_mapping(p, &refs, err);
+		/* A child forked from a CUDA process (a DataLoader worker)
+		 * inherits both; the plugin saves them (criu-plugin/). */
 		p->device_files = refs.fds;
-		if (refs.fds && !stasis_criu_plugin_dir()) {
-			stasis_error_set(err, ENOENT, STASIS_DOMAIN_USAGE, 0,
-					 "PID %d (%s) holds %u %s* descriptors and stasis's CRIU "
-					 "plugin (" PLUGIN_NAME ") is not installed",
-					 (int)p->pid, p->comm, refs.fds, nvidia_dev_prefix());
-			return stasis_error_hint(err, "install stasis with 'make'");
-		}
+		p->device_maps = refs.maps;
+		if ((refs.fds || refs.maps) && !stasis_criu_plugin_dir())
+			return require_plugin(p, &refs, err);
 	}
 	return 0;
 }

@@ -165,6 +165,8 @@ static json_object *process_to_json(const struct manifest *m, const struct manif
 	if (p->device_files)
 		json_object_object_add(o, "device_files",
 				       json_object_new_int((int)p->device_files));
+	if (p->device_maps)
+		json_object_object_add(o, "device_maps", json_object_new_int((int)p->device_maps));
 	if (p->cuda && p->restore_us) {
 		add_u64(o, "restore_us", p->restore_us);
 		add_u64(o, "unlock_us", p->unlock_us);
@@ -365,6 +367,8 @@ static int decode_process(json_object *o, struct manifest *m, struct stasis_erro
 		p->ns_pid = json_object_get_int(v);
 	if ((v = field(o, "device_files", json_type_int)))
 		p->device_files = (unsigned int)json_object_get_int(v);
+	if ((v = field(o, "device_maps", json_type_int)))
+		p->device_maps = (unsigned int)json_object_get_int(v);
 	for (size_t i = 0; gpus && i < json_object_array_length(gpus); i++) {
 		const char *uuid = json_object_get_string(json_object_array_get_idx(gpus, i));
 		int idx = uuid ? gpu_index_by_uuid(m, uuid) : -1;

@@ -35,6 +35,7 @@ struct manifest_process {
 	uint64_t lock_us, checkpoint_us;     /* at checkpoint */
 	uint64_t restore_us, unlock_us;	     /* at restore, or with leave_running */
 	unsigned int device_files;	     /* /dev/nvidia* descriptors saved by the plugin */
+	unsigned int device_maps;	     /* /dev/nvidia* mappings kept as reservations */
 	pid_t ns_pid;			     /* its PID inside its PID namespace (containers) */
 };
 

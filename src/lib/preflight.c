@@ -7,6 +7,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/statfs.h>
+#include <sys/statvfs.h>
+#include <linux/magic.h>
 
 #include "nvml.h"
 #include "proc.h"
@@ -175,4 +178,80 @@ int preflight_gpu_checkpoint(const struct manifest *m, struct stasis_error **err
 					      "without MPS");
 	}
 	return check_host_memory(m, err);
+}
+
+/* A field of /proc/PID/status in bytes ("RssAnon"), 0 when unknown. */
+static uint64_t status_bytes(pid_t pid, const char *field)
+{
+	char path[64];
+	_cleanup_free_ char *status = NULL;
+	const char *line;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	status = read_file_str(path, NULL);
+	line = status ? strstr(status, field) : NULL;
+	return line ? strtoull(line + strlen(field) + 1, NULL, 10) * 1024 : 0;
+}
+
+void preflight_image_estimate(const struct manifest *m, struct image_estimate *e)
+{
+	uint64_t shmem = 0;
+
+	memset(e, 0, sizeof(*e));
+	for (size_t i = 0; i < m->nprocs; i++) {
+		uint64_t s = status_bytes(m->procs[i].pid, "RssShmem:");
+
+		if (m->procs[i].cuda)
+			e->gpu += m->procs[i].gpu_bytes;
+		/* Private memory is saved per process, shared memory once. */
+		e->host += status_bytes(m->procs[i].pid, "RssAnon:");
+		shmem = s > shmem ? s : shmem;
+	}
+	e->host += shmem;
+	e->total = e->gpu + e->host;
+	e->total += e->total / 20 + PREFLIGHT_IMAGE_SLACK;
+}
+
+static int refuse_room(const struct image_estimate *e, uint64_t free_bytes, const char *dir,
+		       struct stasis_error **err)
+{
+	char need[32], gpu[32], host[32], have[32];
+
+	stasis_error_set(err, ENOSPC, STASIS_DOMAIN_USAGE, 0,
+			 "not enough free space for the image in %s: about %s expected (%s of GPU "
+			 "memory, %s of process memory, 5%% margin), %s free",
+			 dir, format_bytes(e->total, need, sizeof(need)),
+			 format_bytes(e->gpu, gpu, sizeof(gpu)),
+			 format_bytes(e->host, host, sizeof(host)),
+			 format_bytes(free_bytes, have, sizeof(have)));
+	return stasis_error_hint(err, "checkpoint into a file system with more room (-D), free "
+				      "space there, pass --compress, or hold less GPU memory");
+}
+
+int preflight_image_room(const struct manifest *m, const char *dir, bool compress,
+			 struct stasis_error **err)
+{
+	struct image_estimate e;
+	struct statvfs vfs;
+	struct statfs fs;
+	uint64_t free_bytes;
+
+	if (statvfs(dir, &vfs) < 0 || statfs(dir, &fs) < 0)
+		return stasis_error_errno(err, errno, "%s: %s", dir, strerror(errno));
+	preflight_image_estimate(m, &e);
+	free_bytes = (uint64_t)vfs.f_bavail * vfs.f_frsize;
+	/* How far the pages compress is known only once they are read; a
+	 * full disk during the dump rolls back like any other failure. */
+	if (!compress && e.total > free_bytes)
+		return refuse_room(&e, free_bytes, dir, err);
+	/* In tmpfs the image takes host memory, while the GPU state also
+	 * sits in the processes' memory. */
+	if (fs.f_type == TMPFS_MAGIC && !compress) {
+		char where[PATH_MAX + 64];
+
+		snprintf(where, sizeof(where), "the machine (the image goes to tmpfs at %s)", dir);
+		return preflight_host_memory_fits(e.gpu + e.total, preflight_mem_available(), where,
+						  err);
+	}
+	return 0;
 }

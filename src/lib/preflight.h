@@ -5,6 +5,7 @@
 #ifndef STASIS_PREFLIGHT_H
 #define STASIS_PREFLIGHT_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "error.h"
@@ -24,5 +25,21 @@ int preflight_host_memory_fits(uint64_t need, uint64_t available, const char *wh
 
 /* MemAvailable of /proc/meminfo in bytes; UINT64_MAX when unknown. */
 uint64_t preflight_mem_available(void);
+
+/* What an image of m is expected to take: the GPU state of its CUDA
+ * processes, their private memory and the largest shared memory, plus a
+ * 5% margin and PREFLIGHT_IMAGE_SLACK for CRIU's other images. */
+struct image_estimate {
+	uint64_t gpu, host, total;
+};
+#define PREFLIGHT_IMAGE_SLACK (64ull << 20)
+
+void preflight_image_estimate(const struct manifest *m, struct image_estimate *e);
+
+/* Refuse before anything changes when dir's file system cannot take the
+ * image (not checked with compress, whose size is not known yet), or, for
+ * tmpfs, when host memory cannot hold the image beside the GPU state. */
+int preflight_image_room(const struct manifest *m, const char *dir, bool compress,
+			 struct stasis_error **err);
 
 #endif

@@ -13,6 +13,7 @@
 #include "container.h"
 #include "criu-rpc.h"
 #include "fault.h"
+#include "gpu-handoff.h"
 #include "gpu.h"
 #include "gpumap.h"
 #include "image.h"
@@ -175,9 +176,25 @@ static int image_cause(struct image_verifier *v, int r, struct stasis_error **er
 	return r;
 }
 
-static int restore_locked(const struct stasis_restore_options *o, struct manifest *m,
-			  struct image_verifier *verifier, const struct gpu_plan *plan,
-			  pid_t *root_out, struct stasis_error **err)
+/* The GPU restore ran inside CRIU's restore, or failed there (the plugin
+ * then killed the tree before it ran), or CRIU never asked for it: then it
+ * runs now, after the fact. */
+static int finish_gpus(struct manifest *m, const struct gpu_plan *plan, int served,
+		       struct stasis_error **gpu_err, struct stasis_error **err)
+{
+	if (served == 1)
+		return 0;
+	if (served < 0) {
+		stasis_error_free(*err);
+		*err = TAKE_PTR(*gpu_err);
+		return served;
+	}
+	return restore_resume_gpus(m, plan, err);
+}
+
+static int run_criu_restore(const struct stasis_restore_options *o, struct manifest *m,
+			    struct image_verifier *verifier, const struct gpu_plan *plan,
+			    pid_t *root_out, struct stasis_error **err)
 {
 	char images[4096];
 	struct criu_restore_request req = {
@@ -189,42 +206,54 @@ static int restore_locked(const struct stasis_restore_options *o, struct manifes
 	    .tcp_established = m->options.tcp_established,
 	    .notify = on_criu_notify,
 	};
-	uint64_t start;
 	int r;
 
 	snprintf(images, sizeof(images), "%s", image_verifier_criu_dir(verifier));
-	start = now_usec();
+	/* stasis's CRIU plugin moves /dev/nvidiaN descriptors with the map. */
+	setenv("STASIS_NVIDIA_DEV_MAP", plan->dev_map, 1);
+	post_restore.verifier = verifier;
+	post_restore.m = m;
+	post_restore.err = err;
+	post_restore.result = 0;
+	progress_begin("CRIU restore of %zu process%s", m->nprocs, m->nprocs == 1 ? "" : "es");
+	r = criu_run_restore(&req, root_out, err);
+	progress_end();
+	unsetenv("STASIS_NVIDIA_DEV_MAP");
+	/* CRIU reports the refused notification; the cause is ours. */
+	if (post_restore.result < 0)
+		r = post_restore.result;
+	else if (r < 0)
+		r = image_cause(verifier, r, err);
+	image_verifier_record(verifier, m);
+	/* Before the GPU restore, which needs the memory. */
+	image_verifier_unstage(verifier);
+	return r;
+}
+
+static int restore_locked(const struct stasis_restore_options *o, struct manifest *m,
+			  struct image_verifier *verifier, const struct gpu_plan *plan,
+			  pid_t *root_out, struct stasis_error **err)
+{
+	_cleanup_error_ struct stasis_error *gpu_err = NULL;
+	struct gpu_handoff handoff;
+	uint64_t start = now_usec();
+	int r, served;
+
 	if (fault_at("criu-restore", 0))
-		r = stasis_error_set(err, EIO, STASIS_DOMAIN_CRIU, 0,
-				     "criu restore failed: injected fault");
-	else {
-		/* stasis's CRIU plugin moves /dev/nvidiaN descriptors with the map. */
-		setenv("STASIS_NVIDIA_DEV_MAP", plan->dev_map, 1);
-		post_restore.verifier = verifier;
-		post_restore.m = m;
-		post_restore.err = err;
-		post_restore.result = 0;
-		progress_begin("CRIU restore of %zu process%s", m->nprocs,
-			       m->nprocs == 1 ? "" : "es");
-		r = criu_run_restore(&req, root_out, err);
-		progress_end();
-		unsetenv("STASIS_NVIDIA_DEV_MAP");
-		/* CRIU reports the refused notification; the cause is ours. */
-		if (post_restore.result < 0)
-			r = post_restore.result;
-		else if (r < 0)
-			r = image_cause(verifier, r, err);
-		image_verifier_record(verifier, m);
-		/* Before the GPU restore, which needs the memory. */
-		image_verifier_unstage(verifier);
-	}
-	manifest_add_phase(m, "criu_restore", now_usec() - start);
+		return stasis_error_set(err, EIO, STASIS_DOMAIN_CRIU, 0,
+					"criu restore failed: injected fault");
+	r = gpu_handoff_restore_begin(&handoff, m, plan, false, err);
 	if (r < 0)
 		return r;
-	r = restore_resume_gpus(m, plan, err);
+	r = run_criu_restore(o, m, verifier, plan, root_out, err);
+	served = gpu_handoff_end(&handoff, &gpu_err);
+	manifest_add_phase(m, "criu_restore", now_usec() - start);
+	if (served >= 0 && r < 0)
+		return r;
+	r = finish_gpus(m, plan, served, &gpu_err, err);
 	if (r < 0) {
 		kill_tree(m);
-		if (!o->detach)
+		if (!o->detach && served >= 0)
 			waitpid(*root_out, NULL, 0);
 		stasis_error_wrap(err, "GPU restore failed");
 		return stasis_error_hint(err, "the half-restored tree was killed; the image is "

@@ -5,6 +5,7 @@
 #define STASIS_STEPS_H
 
 #include "error.h"
+#include "gpu-handoff.h"
 #include "gpu.h"
 #include "gpumap.h"
 #include "image.h"
@@ -21,6 +22,12 @@ int checkpoint_gpu_preflight(struct manifest *m, struct gpu_batch *batch,
 /* Lock and checkpoint every CUDA process, in parallel; then check that
  * what the driver left behind can be saved. The caller rolls back. */
 int checkpoint_suspend_gpus(struct gpu_batch *batch, struct manifest *m, struct stasis_error **err);
+
+/* End the dump's GPU handoff (gpu_handoff_dump_begin before CRIU or runc
+ * ran, with r their result): roll back after a failure, resume with
+ * leave_running, where CRIU did not already. */
+int checkpoint_dump_end(struct gpu_handoff *handoff, struct gpu_batch *batch, struct manifest *m,
+			bool leave_running, int r, struct stasis_error **err);
 
 /* With --compress (packer not NULL): compress what is left once CRIU is
  * done and copy the other files over; records "compress_finish". */

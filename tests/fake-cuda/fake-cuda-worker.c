@@ -9,6 +9,7 @@
  *   FAKE_WORKER_DEVMAP=PATH    map PATH shared as well
  *   FAKE_WORKER_IDLE_CHILD=1   fork a child that never "uses CUDA" */
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,13 +29,26 @@ static void on_term(int sig)
 	stop = 1;
 }
 
+/* A second thread, as every real CUDA process has (JAX has ~95): it only
+ * sleeps, so that the tests can see where it stands during a restore. */
+static void *idle_thread(void *arg)
+{
+	(void)arg;
+	while (!stop)
+		usleep(10000);
+	return NULL;
+}
+
 static int run(const char *dir)
 {
+	pthread_t idle;
 	char path[4096], buf[32];
 	unsigned long long counter = 0;
 	int fd;
 
 	fake_state_write(getpid(), 0); /* register as a running CUDA process */
+	if (pthread_create(&idle, NULL, idle_thread, NULL) != 0)
+		return 1;
 	snprintf(path, sizeof(path), "%s/count-%d", dir, (int)getpid());
 	fd = open(path, O_RDWR | O_CREAT, 0644);
 	if (fd < 0)

@@ -8,6 +8,7 @@
  *   FAKE_CUDA_DELAY="checkpoint:1500"                  take that long, then succeed
  * A process is a CUDA process when its state file exists. */
 #include <cuda.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -156,8 +157,54 @@ EXPORT CUresult cuCheckpointProcessCheckpoint(int pid, CUcheckpointCheckpointArg
 			  CU_PROCESS_STATE_CHECKPOINTED);
 }
 
+/* Where the process stood when the driver restored it, for the tests:
+ * "tracer=PID others=stopped|running", the restore thread being the main
+ * one. The real driver needs the other threads held still. */
+static void record_hold(int pid)
+{
+	char path[4096], line[256];
+	_Bool others_stopped = 1;
+	int tracer = 0;
+	FILE *f;
+	DIR *tasks;
+	struct dirent *de;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", pid);
+	f = fopen(path, "r");
+	while (f && fgets(line, sizeof(line), f))
+		sscanf(line, "TracerPid: %d", &tracer);
+	if (f)
+		fclose(f);
+	snprintf(path, sizeof(path), "/proc/%d/task", pid);
+	tasks = opendir(path);
+	while (tasks && (de = readdir(tasks))) {
+		char state = '?';
+		int tid = atoi(de->d_name);
+
+		if (tid <= 0 || tid == pid)
+			continue;
+		snprintf(path, sizeof(path), "/proc/%d/task/%d/stat", pid, tid);
+		f = fopen(path, "r");
+		if (f && fgets(line, sizeof(line), f) && strrchr(line, ')'))
+			state = strrchr(line, ')')[2];
+		if (f)
+			fclose(f);
+		others_stopped &= state == 't';
+	}
+	if (tasks)
+		closedir(tasks);
+	fake_state_path(pid, path, sizeof(path));
+	strcat(path, ".held");
+	f = fopen(path, "w");
+	if (f) {
+		fprintf(f, "tracer=%d others=%s\n", tracer, others_stopped ? "stopped" : "running");
+		fclose(f);
+	}
+}
+
 EXPORT CUresult cuCheckpointProcessRestore(int pid, CUcheckpointRestoreArgs *args)
 {
+	record_hold(pid);
 	if (args && args->gpuPairsCount) {
 		/* Like driver 580: the pairs must pair the one GPU with one GPU. */
 		if (args->gpuPairsCount != 1)

@@ -1,0 +1,258 @@
+/* SPDX-License-Identifier: MIT */
+/* The GPU restore while CRIU still holds the tree, as the driver wants it:
+ * every thread stays in its ptrace-stop except each CUDA process's restore
+ * thread, which the driver's restore needs running. Before CRIU lets go of
+ * the tree (at restore in RESUME_DEVICES_LATE, at dump in the plugin's fini
+ * after a failure or with --leave-running), the plugin asks stasis over the
+ * socket in $STASIS_PLUGIN_SOCKET which threads to wake, wakes them, lets
+ * stasis run the driver's restore and unlock for all processes at once, and
+ * stops them again. CRIU is the tracer of every thread at both points, so
+ * only CRIU's process, this plugin, can wake one. Without the variable (a
+ * CRIU run that is not stasis's) it does nothing.
+ *
+ * The talk, one message each way per step (SOCK_SEQPACKET):
+ *   plugin: "resume restore PID..." | "resume dump RET"
+ *   stasis: "wake TID..."            (none: nothing to do)
+ *   plugin: "go"                     (or "abort ERRNO" when a wake failed)
+ *   stasis: "ok" | "fail MESSAGE"
+ * A failed restore kills the tree while no restored thread has run. */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ptrace.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "plugin.h"
+
+#define MAX_MESSAGE (256 * 1024)
+#define MAX_TREE 8192
+
+struct parked {
+	pid_t tid;
+	uint64_t mask; /* the thread's signal mask before it was woken */
+	bool woken;
+};
+
+static int connect_stasis(void)
+{
+	const char *path = getenv("STASIS_PLUGIN_SOCKET");
+	struct sockaddr_un addr = {.sun_family = AF_UNIX};
+	int fd;
+
+	if (!path || !*path || strlen(path) >= sizeof(addr.sun_path))
+		return -ENOENT;
+	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	strcpy(addr.sun_path, path);
+	if (connect(fd, (struct sockaddr *)&addr, sizeof(addr)) < 0) {
+		int e = errno;
+
+		close(fd);
+		return -e;
+	}
+	return fd;
+}
+
+static int receive(int fd, char *buf, size_t len)
+{
+	ssize_t n;
+
+	do
+		n = recv(fd, buf, len - 1, 0);
+	while (n < 0 && errno == EINTR);
+	if (n <= 0)
+		return n < 0 ? -errno : -ECONNRESET;
+	buf[n] = '\0';
+	return 0;
+}
+
+static int say(int fd, const char *msg)
+{
+	return send(fd, msg, strlen(msg), MSG_NOSIGNAL) < 0 ? -errno : 0;
+}
+
+/* Let only this thread run: every signal but SIGTRAP blocked, no syscall
+ * stops (CRIU's cuda plugin does the same). */
+static int wake(struct parked *t)
+{
+	uint64_t block = ~(1ULL << (SIGTRAP - 1));
+
+	if (ptrace(PTRACE_GETSIGMASK, t->tid, sizeof(t->mask), &t->mask) < 0 ||
+	    ptrace(PTRACE_SETSIGMASK, t->tid, sizeof(block), &block) < 0 ||
+	    ptrace(PTRACE_SETOPTIONS, t->tid, NULL, 0) < 0 ||
+	    ptrace(PTRACE_CONT, t->tid, NULL, 0) < 0)
+		return -errno;
+	t->woken = true;
+	return 0;
+}
+
+/* Back into a ptrace-stop, as CRIU left it. A signal that arrives first
+ * is delivered on the way. */
+static int park(struct parked *t)
+{
+	int status;
+
+	if (!t->woken)
+		return 0;
+	if (ptrace(PTRACE_INTERRUPT, t->tid, NULL, 0) < 0)
+		return -errno;
+	for (;;) {
+		if (waitpid(t->tid, &status, __WALL) < 0)
+			return -errno;
+		if (!WIFSTOPPED(status))
+			return -ESRCH;
+		if (status >> 16 == PTRACE_EVENT_STOP)
+			break;
+		if (ptrace(PTRACE_CONT, t->tid, NULL, (void *)(long)WSTOPSIG(status)) < 0)
+			return -errno;
+	}
+	t->woken = false;
+	if (ptrace(PTRACE_SETOPTIONS, t->tid, NULL,
+		   PTRACE_O_TRACESYSGOOD | PTRACE_O_SUSPEND_SECCOMP) < 0 &&
+	    ptrace(PTRACE_SETOPTIONS, t->tid, NULL, PTRACE_O_TRACESYSGOOD) < 0)
+		return -errno;
+	return ptrace(PTRACE_SETSIGMASK, t->tid, sizeof(t->mask), &t->mask) < 0 ? -errno : 0;
+}
+
+static size_t parse_tids(const char *msg, struct parked *out, size_t max)
+{
+	size_t n = 0;
+	char *end;
+
+	for (const char *p = msg + strlen("wake"); n < max; p = end) {
+		long tid = strtol(p, &end, 10);
+
+		if (end == p)
+			break;
+		out[n++] = (struct parked){.tid = (pid_t)tid};
+	}
+	return n;
+}
+
+/* The whole exchange after the opening message: 0, 1 when stasis says
+ * the GPU work failed, or -errno of a local failure. */
+static int exchange(int fd, const char *opening, char *answer, size_t len)
+{
+	static struct parked threads[MAX_TREE];
+	size_t n;
+	int r, stuck = 0;
+
+	r = say(fd, opening);
+	if (r == 0)
+		r = receive(fd, answer, len);
+	if (r < 0)
+		return r;
+	if (strncmp(answer, "wake", 4) != 0)
+		return 1; /* stasis could not even say which threads */
+	n = parse_tids(answer, threads, MAX_TREE);
+	if (n == 0)
+		return 0;
+	for (size_t i = 0; i < n && r == 0; i++)
+		r = wake(&threads[i]);
+	if (r < 0) {
+		char abort_msg[32];
+
+		snprintf(abort_msg, sizeof(abort_msg), "abort %d", -r);
+		say(fd, abort_msg);
+	} else {
+		r = say(fd, "go");
+		if (r == 0)
+			r = receive(fd, answer, len);
+		if (r == 0 && strncmp(answer, "ok", 2) != 0)
+			r = 1;
+	}
+	for (size_t i = 0; i < n; i++)
+		if (park(&threads[i]) < 0)
+			stuck = -EIO;
+	return r ? r : stuck;
+}
+
+/* The restored tree under root: root and every descendant, from the
+ * children files of each thread (every one of them is stopped now). */
+static size_t tree_pids(pid_t root, pid_t *pids, size_t max)
+{
+	size_t n = 0;
+
+	pids[n++] = root;
+	for (size_t i = 0; i < n; i++) {
+		char path[64];
+		FILE *f;
+		long child;
+
+		snprintf(path, sizeof(path), "/proc/%d/task/%d/children", (int)pids[i],
+			 (int)pids[i]);
+		f = fopen(path, "re");
+		if (!f)
+			continue;
+		while (n < max && fscanf(f, "%ld", &child) == 1)
+			pids[n++] = (pid_t)child;
+		fclose(f);
+	}
+	return n;
+}
+
+static char *restore_request(pid_t root, pid_t *pids, size_t *n)
+{
+	size_t len = 0, cap = 64 + (size_t)MAX_TREE * 12;
+	char *msg = malloc(cap);
+
+	*n = tree_pids(root, pids, MAX_TREE);
+	if (!msg)
+		return NULL;
+	len = (size_t)snprintf(msg, cap, "resume restore");
+	for (size_t i = 0; i < *n; i++)
+		len += (size_t)snprintf(msg + len, cap - len, " %d", (int)pids[i]);
+	return msg;
+}
+
+int gpu_resume_devices_late(int pid)
+{
+	static bool done;
+	static pid_t pids[MAX_TREE];
+	char *answer, *request;
+	size_t n = 0;
+	int fd, r;
+
+	/* The first call is for the root; the whole tree is stopped by then. */
+	if (done)
+		return 0;
+	done = true;
+	fd = connect_stasis();
+	if (fd == -ENOENT)
+		return 0;
+	if (fd < 0)
+		return fd;
+	answer = malloc(MAX_MESSAGE);
+	request = restore_request(pid, pids, &n);
+	r = answer && request ? exchange(fd, request, answer, MAX_MESSAGE) : -ENOMEM;
+	close(fd);
+	free(answer);
+	free(request);
+	/* No restored thread has run yet: the half-restored tree dies here,
+	 * so that CRIU's restore fails instead of resuming it. */
+	if (r != 0)
+		for (size_t i = 0; i < n; i++)
+			kill(pids[i], SIGKILL);
+	return r == 0 ? 0 : -1;
+}
+
+void gpu_resume_dump_fini(int ret)
+{
+	char request[64], *answer;
+	int fd = connect_stasis();
+
+	if (fd < 0)
+		return;
+	answer = malloc(MAX_MESSAGE);
+	snprintf(request, sizeof(request), "resume dump %d", ret);
+	if (answer)
+		exchange(fd, request, answer, MAX_MESSAGE);
+	free(answer);
+	close(fd);
+}

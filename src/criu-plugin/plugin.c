@@ -1,0 +1,48 @@
+/* SPDX-License-Identifier: MIT */
+/* The registration of stasis's CRIU plugin and what its parts share. */
+#include <criu/criu-plugin.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "plugin.h"
+
+const char *plugin_dev_prefix(void)
+{
+	const char *p = getenv("STASIS_NVIDIA_DEV_PREFIX");
+
+	return p && *p ? p : "/dev/nvidia";
+}
+
+bool plugin_fd_is_nvidia(int fd)
+{
+	char link[64], path[4096];
+	ssize_t n;
+
+	snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+	n = readlink(link, path, sizeof(path) - 1);
+	if (n < 0)
+		return false;
+	path[n] = '\0';
+	return strncmp(path, plugin_dev_prefix(), strlen(plugin_dev_prefix())) == 0;
+}
+
+static int plugin_init(int stage)
+{
+	(void)stage;
+	return 0;
+}
+
+static void plugin_fini(int stage, int ret)
+{
+	if (stage == CR_PLUGIN_STAGE__DUMP)
+		gpu_resume_dump_fini(ret);
+}
+
+CR_PLUGIN_REGISTER("stasis_nvidia", plugin_init, plugin_fini)
+CR_PLUGIN_REGISTER_HOOK(CR_PLUGIN_HOOK__DUMP_EXT_FILE, nvidia_dump_file)
+CR_PLUGIN_REGISTER_HOOK(CR_PLUGIN_HOOK__RESTORE_EXT_FILE, nvidia_restore_file)
+CR_PLUGIN_REGISTER_HOOK(CR_PLUGIN_HOOK__HANDLE_DEVICE_VMA, nvidia_handle_vma)
+CR_PLUGIN_REGISTER_HOOK(CR_PLUGIN_HOOK__UPDATE_VMA_MAP, nvidia_update_vma_map)
+CR_PLUGIN_REGISTER_HOOK(CR_PLUGIN_HOOK__RESUME_DEVICES_LATE, gpu_resume_devices_late)

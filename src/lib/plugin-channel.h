@@ -1,0 +1,41 @@
+/* SPDX-License-Identifier: MIT */
+/* The socket through which stasis's CRIU plugin, running inside CRIU while
+ * CRIU holds the tree, asks stasis to do the GPU work (criu-plugin/
+ * gpu-resume.c has the other end and the messages). It is served by a
+ * thread of its own for as long as CRIU runs; its path reaches the plugin
+ * in $STASIS_PLUGIN_SOCKET, through runc as well. */
+#ifndef STASIS_PLUGIN_CHANNEL_H
+#define STASIS_PLUGIN_CHANNEL_H
+
+#include <stddef.h>
+#include <sys/types.h>
+
+#include "error.h"
+
+enum plugin_stage { PLUGIN_STAGE_DUMP, PLUGIN_STAGE_RESTORE };
+
+struct plugin_request {
+	enum plugin_stage stage;
+	int criu_result;   /* dump: CRIU's result so far (0: the dump worked) */
+	const pid_t *pids; /* restore: the restored tree, root first */
+	size_t npids;
+};
+
+struct plugin_channel_ops {
+	/* The restore threads to wake; none when there is nothing to do. */
+	int (*threads)(void *ctx, const struct plugin_request *req, pid_t **tids, size_t *ntids,
+		       struct stasis_error **err);
+	/* The GPU work, with those threads awake. */
+	int (*resume)(void *ctx, const struct plugin_request *req, struct stasis_error **err);
+};
+
+struct plugin_channel;
+
+int plugin_channel_open(const struct plugin_channel_ops *ops, void *ctx,
+			struct plugin_channel **out, struct stasis_error **err);
+
+/* Stop serving. Returns how many requests did GPU work, or the -status of
+ * the first that failed, whose error moves to *err. */
+int plugin_channel_close(struct plugin_channel *ch, struct stasis_error **err);
+
+#endif
