@@ -1,17 +1,18 @@
 /* SPDX-License-Identifier: MIT */
 /* The GPU restore while CRIU still holds the tree, as the driver wants it:
  * every thread stays in its ptrace-stop except each CUDA process's restore
- * thread, which the driver's restore needs running. Before CRIU lets go of
- * the tree (at restore in RESUME_DEVICES_LATE, at dump in the plugin's fini
- * after a failure or with --leave-running), the plugin asks stasis over the
+ * thread, which the driver's restore needs running. In RESUME_DEVICES_LATE,
+ * before CRIU lets the restored tree run, the plugin asks stasis over the
  * socket in $STASIS_PLUGIN_SOCKET which threads to wake, wakes them, lets
  * stasis run the driver's restore and unlock for all processes at once, and
- * stops them again. CRIU is the tracer of every thread at both points, so
- * only CRIU's process, this plugin, can wake one. Without the variable (a
- * CRIU run that is not stasis's) it does nothing.
+ * stops them again. CRIU is the tracer of every thread then, so only CRIU's
+ * process, this plugin, can wake one. Without the variable (a CRIU run that
+ * is not stasis's) it does nothing. (The same at the end of a dump, as
+ * CRIU's cuda plugin does it, hung with driver 580: stasis resumes a dumped
+ * tree after CRIU has let it go.)
  *
  * The talk, one message each way per step (SOCK_SEQPACKET):
- *   plugin: "resume restore PID..." | "resume dump RET"
+ *   plugin: "resume restore PID..."
  *   stasis: "wake TID..."            (none: nothing to do)
  *   plugin: "go"                     (or "abort ERRNO" when a wake failed)
  *   stasis: "ok" | "fail MESSAGE"
@@ -240,19 +241,4 @@ int gpu_resume_devices_late(int pid)
 		for (size_t i = 0; i < n; i++)
 			kill(pids[i], SIGKILL);
 	return r == 0 ? 0 : -1;
-}
-
-void gpu_resume_dump_fini(int ret)
-{
-	char request[64], *answer;
-	int fd = connect_stasis();
-
-	if (fd < 0)
-		return;
-	answer = malloc(MAX_MESSAGE);
-	snprintf(request, sizeof(request), "resume dump %d", ret);
-	if (answer)
-		exchange(fd, request, answer, MAX_MESSAGE);
-	free(answer);
-	close(fd);
 }

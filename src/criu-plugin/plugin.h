@@ -28,6 +28,5 @@ int nvidia_update_vma_map(const char *path, uint64_t addr, uint64_t old_pgoff, u
 
 /* gpu-resume.c: GPU restore with only the restore threads running. */
 int gpu_resume_devices_late(int pid);
-void gpu_resume_dump_fini(int ret);
 
 #endif

@@ -14,7 +14,6 @@
 #include "criu-rpc.h"
 #include "devfiles.h"
 #include "fault.h"
-#include "gpu-handoff.h"
 #include "gpu.h"
 #include "image.h"
 #include "lock.h"
@@ -281,31 +280,20 @@ int checkpoint_suspend_gpus(struct gpu_batch *batch, struct manifest *m, struct 
 	return r;
 }
 
-/* After CRIU's (or runc's) dump, which ran the GPU rollback, or with
- * leave_running the resume, inside its hold on the tree where it could:
- * what it could not do is done now, with the tree running. */
-int checkpoint_dump_end(struct gpu_handoff *handoff, struct gpu_batch *batch, struct manifest *m,
-			bool leave_running, int r, struct stasis_error **err)
+/* After CRIU's (or runc's) dump, r its result: roll back after a failure,
+ * resume with leave_running. */
+int checkpoint_dump_end(struct gpu_batch *batch, struct manifest *m, bool leave_running, int r,
+			struct stasis_error **err)
 {
-	_cleanup_error_ struct stasis_error *gpu_err = NULL;
-	int served = gpu_handoff_end(handoff, &gpu_err);
-
 	if (r < 0) {
 		gpu_rollback(batch, err);
 		return r;
 	}
-	if (!leave_running || served == 1)
+	if (!leave_running)
 		return 0;
-	if (served < 0) {
-		stasis_error_free(*err);
-		*err = TAKE_PTR(gpu_err);
-		r = served;
-		gpu_rollback(batch, err);
-	} else {
-		/* CRIU never asked: resume now (gpu_resume rolls back on failure). */
-		r = gpu_resume(batch, err);
-		gpu_record(batch, m);
-	}
+	/* gpu_resume rolls back by itself on failure. */
+	r = gpu_resume(batch, err);
+	gpu_record(batch, m);
 	return r < 0 ? stasis_error_wrap(err, "image written, but resuming the GPU work failed")
 		     : 0;
 }
@@ -313,7 +301,6 @@ int checkpoint_dump_end(struct gpu_handoff *handoff, struct gpu_batch *batch, st
 static int checkpoint_locked(const struct stasis_checkpoint_options *o, struct manifest *m,
 			     struct gpu_batch *batch, struct stasis_error **err)
 {
-	struct gpu_handoff handoff;
 	uint64_t start = now_usec();
 	int r;
 
@@ -347,10 +334,8 @@ static int checkpoint_locked(const struct stasis_checkpoint_options *o, struct m
 		gpu_rollback(batch, err);
 		return r;
 	}
-	r = gpu_handoff_dump_begin(&handoff, batch, m, o->leave_running, err);
-	if (r == 0)
-		r = dump_tree(o, m, err);
-	return checkpoint_dump_end(&handoff, batch, m, o->leave_running, r, err);
+	r = dump_tree(o, m, err);
+	return checkpoint_dump_end(batch, m, o->leave_running, r, err);
 }
 
 int stasis_checkpoint(const struct stasis_checkpoint_options *o, struct manifest *m,

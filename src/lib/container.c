@@ -167,7 +167,6 @@ int container_checkpoint(const struct stasis_checkpoint_options *o, struct manif
 {
 	struct runc_container c;
 	struct image_follower *follower = NULL;
-	struct gpu_handoff handoff;
 	uint64_t start = now_usec();
 	int r, lock_fd;
 
@@ -196,10 +195,8 @@ int container_checkpoint(const struct stasis_checkpoint_options *o, struct manif
 		return r;
 	}
 	image_follow_start(o->dir, &follower, NULL);
-	r = gpu_handoff_dump_begin(&handoff, batch, m, o->leave_running, err);
-	if (r == 0)
-		r = dump(o, m, err);
-	r = checkpoint_dump_end(&handoff, batch, m, o->leave_running, r, err);
+	r = dump(o, m, err);
+	r = checkpoint_dump_end(batch, m, o->leave_running, r, err);
 	if (r == 0) {
 		r = checkpoint_seal_image(o->dir, m, follower, err);
 		if (r < 0 && !o->leave_running)

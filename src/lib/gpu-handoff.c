@@ -24,53 +24,6 @@ static int add_tid(pid_t pid, pid_t **tids, size_t *n, struct stasis_error **err
 	return 0;
 }
 
-/* ---- the end of a dump ---- */
-
-static bool dump_needs_gpu(const struct gpu_handoff *h, const struct plugin_request *req)
-{
-	/* A dump that worked ends the tree, unless it is to go on running. */
-	return req->criu_result != 0 || h->leave_running;
-}
-
-static int dump_threads(struct gpu_handoff *h, const struct plugin_request *req, pid_t **tids,
-			size_t *n, struct stasis_error **err)
-{
-	if (!dump_needs_gpu(h, req))
-		return 0;
-	for (size_t i = 0; i < h->dumped->n; i++) {
-		const struct gpu_process *p = &h->dumped->procs[i];
-		enum cuda_process_state state;
-
-		if (!p->touched || cuda_get_state(p->pid, &state) != CUDA_RES_SUCCESS ||
-		    state == CUDA_PROCESS_RUNNING)
-			continue;
-		if (add_tid(p->pid, tids, n, err) < 0)
-			return -EIO;
-	}
-	return 0;
-}
-
-static int dump_resume(struct gpu_handoff *h, const struct plugin_request *req,
-		       struct stasis_error **err)
-{
-	int stuck;
-
-	if (req->criu_result == 0) {
-		/* --leave-running: gpu_resume rolls back by itself on failure. */
-		int r = gpu_resume(h->dumped, err);
-
-		gpu_record(h->dumped, h->m);
-		return r;
-	}
-	stuck = gpu_rollback(h->dumped, NULL);
-	if (stuck)
-		return stasis_error_set(
-		    err, EIO, STASIS_DOMAIN_CUDA, 0,
-		    "the GPU rollback inside CRIU left %d process%s not running", stuck,
-		    stuck == 1 ? "" : "es");
-	return 0;
-}
-
 /* ---- the GPU restore ---- */
 
 static pid_t new_pid_of(const struct gpu_handoff *h, const struct manifest_process *p,
@@ -129,31 +82,16 @@ static int restore_resume(struct gpu_handoff *h, struct stasis_error **err)
 static int threads(void *ctx, const struct plugin_request *req, pid_t **tids, size_t *n,
 		   struct stasis_error **err)
 {
-	struct gpu_handoff *h = ctx;
-
-	if (req->stage == PLUGIN_STAGE_DUMP)
-		return h->dumped ? dump_threads(h, req, tids, n, err) : 0;
-	return h->plan ? restore_threads(h, req, tids, n, err) : 0;
+	return restore_threads(ctx, req, tids, n, err);
 }
 
 static int resume(void *ctx, const struct plugin_request *req, struct stasis_error **err)
 {
-	struct gpu_handoff *h = ctx;
-
-	return req->stage == PLUGIN_STAGE_DUMP ? dump_resume(h, req, err) : restore_resume(h, err);
+	(void)req;
+	return restore_resume(ctx, err);
 }
 
 static const struct plugin_channel_ops handoff_ops = {.threads = threads, .resume = resume};
-
-int gpu_handoff_dump_begin(struct gpu_handoff *h, struct gpu_batch *batch, struct manifest *m,
-			   bool leave_running, struct stasis_error **err)
-{
-	memset(h, 0, sizeof(*h));
-	h->m = m;
-	h->dumped = batch;
-	h->leave_running = leave_running;
-	return batch->n ? plugin_channel_open(&handoff_ops, h, &h->channel, err) : 0;
-}
 
 int gpu_handoff_restore_begin(struct gpu_handoff *h, struct manifest *m,
 			      const struct gpu_plan *plan, bool by_ns_pid,

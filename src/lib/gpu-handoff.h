@@ -1,11 +1,10 @@
 /* SPDX-License-Identifier: MIT */
-/* The GPU steps that belong where CRIU still holds the tree: the restore
- * and unlock after CRIU's restore, and the rollback (or, with
- * --leave-running, the resume) at the end of CRIU's dump. stasis's CRIU
- * plugin asks for them through the plugin channel with every thread of the
- * tree stopped but the CUDA restore threads; they run for every process at
- * once, as the GPU steps always do. The same serves a tree and a container
- * (runc runs the same CRIU with the same plugin). */
+/* The GPU restore and unlock, where they belong: after CRIU's restore but
+ * before it lets the tree run. stasis's CRIU plugin asks for them through
+ * the plugin channel with every thread of the tree stopped but the CUDA
+ * restore threads; they run for every process at once, as the GPU steps
+ * always do. The same serves a tree and a container (runc runs the same
+ * CRIU with the same plugin). */
 #ifndef STASIS_GPU_HANDOFF_H
 #define STASIS_GPU_HANDOFF_H
 
@@ -19,19 +18,11 @@
 struct gpu_handoff {
 	struct plugin_channel *channel;
 	struct manifest *m;
-	/* dump: the processes stasis checkpointed */
-	struct gpu_batch *dumped;
-	bool leave_running;
-	/* restore: the image's CUDA processes, by their new PIDs */
+	/* the image's CUDA processes, by their new PIDs */
 	const struct gpu_plan *plan;
 	bool by_ns_pid; /* a container: matched by their PIDs inside it */
 	struct gpu_batch restored;
-	uint64_t restore_start;
 };
-
-/* Serve the end of a dump (before CRIU or runc starts it). */
-int gpu_handoff_dump_begin(struct gpu_handoff *h, struct gpu_batch *batch, struct manifest *m,
-			   bool leave_running, struct stasis_error **err);
 
 /* Serve the GPU restore (before CRIU or runc starts restoring). */
 int gpu_handoff_restore_begin(struct gpu_handoff *h, struct manifest *m,

@@ -52,14 +52,8 @@ static int parse_request(char *msg, struct plugin_request *req, pid_t **pids)
 	char *save = NULL, *word;
 
 	memset(req, 0, sizeof(*req));
-	if (strncmp(msg, "resume dump ", 12) == 0) {
-		req->stage = PLUGIN_STAGE_DUMP;
-		req->criu_result = atoi(msg + 12);
-		return 0;
-	}
 	if (strncmp(msg, "resume restore", 14) != 0)
 		return -EPROTO;
-	req->stage = PLUGIN_STAGE_RESTORE;
 	for (word = strtok_r(msg + 14, " ", &save); word; word = strtok_r(NULL, " ", &save)) {
 		if (n == cap) {
 			pid_t *bigger =

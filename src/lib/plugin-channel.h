@@ -12,12 +12,8 @@
 
 #include "error.h"
 
-enum plugin_stage { PLUGIN_STAGE_DUMP, PLUGIN_STAGE_RESTORE };
-
 struct plugin_request {
-	enum plugin_stage stage;
-	int criu_result;   /* dump: CRIU's result so far (0: the dump worked) */
-	const pid_t *pids; /* restore: the restored tree, root first */
+	const pid_t *pids; /* the restored tree, root first */
 	size_t npids;
 };
 

@@ -23,11 +23,10 @@ int checkpoint_gpu_preflight(struct manifest *m, struct gpu_batch *batch,
  * what the driver left behind can be saved. The caller rolls back. */
 int checkpoint_suspend_gpus(struct gpu_batch *batch, struct manifest *m, struct stasis_error **err);
 
-/* End the dump's GPU handoff (gpu_handoff_dump_begin before CRIU or runc
- * ran, with r their result): roll back after a failure, resume with
- * leave_running, where CRIU did not already. */
-int checkpoint_dump_end(struct gpu_handoff *handoff, struct gpu_batch *batch, struct manifest *m,
-			bool leave_running, int r, struct stasis_error **err);
+/* After CRIU's or runc's dump, r its result: roll back every CUDA process
+ * after a failure, restore and unlock them with leave_running. */
+int checkpoint_dump_end(struct gpu_batch *batch, struct manifest *m, bool leave_running, int r,
+			struct stasis_error **err);
 
 /* With --compress (packer not NULL): compress what is left once CRIU is
  * done and copy the other files over; records "compress_finish". */
