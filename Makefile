@@ -64,7 +64,7 @@ $(STASIS): $(LIB_OBJ) $(CLI_OBJ)
 
 PLUGIN_SRC := $(wildcard src/criu-plugin/*.c)
 
-$(PLUGIN): $(PLUGIN_SRC) src/criu-plugin/plugin.h $(CRIU)/lib/libcriu.a
+$(PLUGIN): $(PLUGIN_SRC) src/criu-plugin/plugin.h src/lib/plugin-wire.h $(CRIU)/lib/libcriu.a
 	@mkdir -p $(dir $@)
 	rm -f $(dir $@)stasis_nvidia_files.so
 	$(CC) $(CPPFLAGS) $(CFLAGS) -shared -fPIC -o $@ $(PLUGIN_SRC)

@@ -28,9 +28,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "plugin-wire.h"
 #include "plugin.h"
 
-#define MAX_MESSAGE (256 * 1024)
 #define MAX_TREE 8192
 
 struct parked {
@@ -58,24 +58,6 @@ static int connect_stasis(void)
 		return -e;
 	}
 	return fd;
-}
-
-static int receive(int fd, char *buf, size_t len)
-{
-	ssize_t n;
-
-	do
-		n = recv(fd, buf, len - 1, 0);
-	while (n < 0 && errno == EINTR);
-	if (n <= 0)
-		return n < 0 ? -errno : -ECONNRESET;
-	buf[n] = '\0';
-	return 0;
-}
-
-static int say(int fd, const char *msg)
-{
-	return send(fd, msg, strlen(msg), MSG_NOSIGNAL) < 0 ? -errno : 0;
 }
 
 /* Let only this thread run: every signal but SIGTRAP blocked, no syscall
@@ -144,9 +126,9 @@ static int exchange(int fd, const char *opening, char *answer, size_t len)
 	size_t n;
 	int r, stuck = 0;
 
-	r = say(fd, opening);
+	r = wire_say(fd, opening);
 	if (r == 0)
-		r = receive(fd, answer, len);
+		r = wire_hear(fd, answer, len);
 	if (r < 0)
 		return r;
 	if (strncmp(answer, "wake", 4) != 0)
@@ -160,11 +142,11 @@ static int exchange(int fd, const char *opening, char *answer, size_t len)
 		char abort_msg[32];
 
 		snprintf(abort_msg, sizeof(abort_msg), "abort %d", -r);
-		say(fd, abort_msg);
+		wire_say(fd, abort_msg);
 	} else {
-		r = say(fd, "go");
+		r = wire_say(fd, "go");
 		if (r == 0)
-			r = receive(fd, answer, len);
+			r = wire_hear(fd, answer, len);
 		if (r == 0 && strncmp(answer, "ok", 2) != 0)
 			r = 1;
 	}
@@ -229,9 +211,9 @@ int gpu_resume_devices_late(int pid)
 		return 0;
 	if (fd < 0)
 		return fd;
-	answer = malloc(MAX_MESSAGE);
+	answer = malloc(WIRE_MAX_MESSAGE);
 	request = restore_request(pid, pids, &n);
-	r = answer && request ? exchange(fd, request, answer, MAX_MESSAGE) : -ENOMEM;
+	r = answer && request ? exchange(fd, request, answer, WIRE_MAX_MESSAGE) : -ENOMEM;
 	close(fd);
 	free(answer);
 	free(request);

@@ -12,9 +12,8 @@
 #include <sys/un.h>
 
 #include "lock.h"
+#include "plugin-wire.h"
 #include "util.h"
-
-#define MAX_MESSAGE (256 * 1024)
 
 struct plugin_channel {
 	const struct plugin_channel_ops *ops;
@@ -27,24 +26,6 @@ struct plugin_channel {
 	struct stasis_error *error; /* the first failure */
 	int result;
 };
-
-static int say(int fd, const char *msg)
-{
-	return send(fd, msg, strlen(msg), MSG_NOSIGNAL) < 0 ? -errno : 0;
-}
-
-static int hear(int fd, char *buf, size_t len)
-{
-	ssize_t n;
-
-	do
-		n = recv(fd, buf, len - 1, 0);
-	while (n < 0 && errno == EINTR);
-	if (n <= 0)
-		return n < 0 ? -errno : -ECONNRESET;
-	buf[n] = '\0';
-	return 0;
-}
 
 static int parse_request(char *msg, struct plugin_request *req, pid_t **pids)
 {
@@ -98,20 +79,20 @@ static void fail_message(int fd, const struct stasis_error *e)
 	char msg[2048];
 
 	snprintf(msg, sizeof(msg), "fail %s", text ? text : "unknown");
-	say(fd, msg);
+	wire_say(fd, msg);
 }
 
 /* One conversation: which threads, the go-ahead, the GPU work, the answer. */
 static void serve(struct plugin_channel *ch, int fd)
 {
-	_cleanup_free_ char *buf = malloc(MAX_MESSAGE), *wake = NULL;
+	_cleanup_free_ char *buf = malloc(WIRE_MAX_MESSAGE), *wake = NULL;
 	_cleanup_free_ pid_t *pids = NULL, *tids = NULL;
 	struct stasis_error *e = NULL;
 	struct plugin_request req;
 	size_t ntids = 0;
 	int r;
 
-	if (!buf || hear(fd, buf, MAX_MESSAGE) < 0)
+	if (!buf || wire_hear(fd, buf, WIRE_MAX_MESSAGE) < 0)
 		return;
 	r = parse_request(buf, &req, &pids);
 	if (r < 0)
@@ -125,9 +106,9 @@ static void serve(struct plugin_channel *ch, int fd)
 		return;
 	}
 	wake = wake_message(tids, ntids);
-	if (!wake || say(fd, wake) < 0 || ntids == 0)
+	if (!wake || wire_say(fd, wake) < 0 || ntids == 0)
 		return;
-	if (hear(fd, buf, MAX_MESSAGE) < 0)
+	if (wire_hear(fd, buf, WIRE_MAX_MESSAGE) < 0)
 		r = stasis_error_set(&e, EPIPE, STASIS_DOMAIN_CRIU, 0,
 				     "CRIU went away before the GPU restore");
 	else if (strncmp(buf, "go", 2) != 0)
@@ -141,7 +122,7 @@ static void serve(struct plugin_channel *ch, int fd)
 		return;
 	}
 	ch->worked++;
-	say(fd, "ok");
+	wire_say(fd, "ok");
 }
 
 static void *serve_thread(void *opaque)
