@@ -42,11 +42,15 @@
 #define BLOCK_PAGES (SERVE_BLOCK / PAGE)
 
 /* Which pages of a block were read. Once all were, it is given back:
- * reading it again would read zeros. One read twice keeps its block. */
+ * reading it again would read zeros. One read twice keeps its block.
+ * Pages are counted before the reply goes and a block is given back only
+ * after every reply that copies from it went: the kernel may split one read
+ * into requests that threads answer in any order. */
 struct serve_block {
 	uint64_t read[BLOCK_PAGES / 64];
 	uint16_t nread;
-	enum { BLOCK_LIVE, BLOCK_FREED, BLOCK_KEPT } state;
+	uint16_t sending; /* replies being copied from the block */
+	enum { BLOCK_LIVE, BLOCK_DONE, BLOCK_FREED, BLOCK_KEPT } state;
 };
 
 struct image_server {
@@ -177,22 +181,36 @@ static bool given_back(const struct serve_file *f, uint64_t off, uint64_t end)
 	return false;
 }
 
-/* Under the lock: [off, end) was sent. Marks its pages read; a block
- * whose pages were all read is given back. CRIU reads pages into pages; a
- * read cut elsewhere keeps its blocks, as does a page read twice. */
+/* Under the lock: [off, end) is about to be sent. Marks its pages read;
+ * a block whose pages were all read is done. CRIU reads pages into pages;
+ * a read cut elsewhere keeps its blocks, as does a page read twice. */
 static void count_read(struct serve_file *f, uint64_t off, uint64_t end)
 {
 	bool whole = off % PAGE == 0 && (end % PAGE == 0 || end == f->size);
 
+	for (uint64_t b = off / SERVE_BLOCK; b * SERVE_BLOCK < end; b++)
+		f->blocks[b].sending++;
 	for (uint64_t p = off / PAGE; p * PAGE < end; p++) {
 		struct serve_block *blk = &f->blocks[p / BLOCK_PAGES];
 		uint64_t bit = 1ull << (p % 64), *word = &blk->read[p % BLOCK_PAGES / 64];
-		uint64_t b = p / BLOCK_PAGES;
 
 		if (!whole || (*word & bit))
 			blk->state = BLOCK_KEPT;
 		*word |= bit;
-		if (blk->state != BLOCK_LIVE || ++blk->nread != (block_len(f, b) + PAGE - 1) / PAGE)
+		if (blk->state == BLOCK_LIVE &&
+		    ++blk->nread == (block_len(f, p / BLOCK_PAGES) + PAGE - 1) / PAGE)
+			blk->state = BLOCK_DONE;
+	}
+}
+
+/* Under the lock: the reply for [off, end) went (or its reader left). A
+ * done block that no reply copies from any more is given back. */
+static void sent_read(struct serve_file *f, uint64_t off, uint64_t end)
+{
+	for (uint64_t b = off / SERVE_BLOCK; b * SERVE_BLOCK < end; b++) {
+		struct serve_block *blk = &f->blocks[b];
+
+		if (--blk->sending || blk->state != BLOCK_DONE)
 			continue;
 		madvise(f->data + b * SERVE_BLOCK, block_len(f, b), MADV_DONTNEED);
 		blk->state = BLOCK_FREED;
@@ -222,19 +240,23 @@ static void serve_read(struct image_server *s, const struct fuse_in_header *in,
 		pthread_cond_wait(&s->changed, &s->lock);
 	s->waiting--;
 	failed = f->ready < end || given_back(f, arg->offset, end);
+	if (!failed) {
+		/* Counted before the reply: the reader may read on, and ask
+		 * how far it got, as soon as the reply is written. */
+		count_read(f, arg->offset, end);
+		f->sent += end - arg->offset;
+		s->last_read = now_usec();
+		if (!s->first_read)
+			s->first_read = s->last_read;
+	}
 	pthread_mutex_unlock(&s->lock);
 	if (failed) {
 		reply(s, in->unique, -EIO, NULL, 0);
 		return;
 	}
-	if (!reply(s, in->unique, 0, f->data + arg->offset, (size_t)(end - arg->offset)))
-		return;
+	reply(s, in->unique, 0, f->data + arg->offset, (size_t)(end - arg->offset));
 	pthread_mutex_lock(&s->lock);
-	count_read(f, arg->offset, end);
-	f->sent += end - arg->offset;
-	s->last_read = now_usec();
-	if (!s->first_read)
-		s->first_read = s->last_read;
+	sent_read(f, arg->offset, end);
 	pthread_mutex_unlock(&s->lock);
 }
 
