@@ -17,6 +17,7 @@
 #include "gpu.h"
 #include "image.h"
 #include "lock.h"
+#include "mappings.h"
 #include "nvml.h"
 #include "preflight.h"
 #include "proc.h"
@@ -251,7 +252,8 @@ static int find_cuda_processes(struct manifest *m, struct gpu_batch *batch,
 	return gpu_preflight_running(batch, err);
 }
 
-int checkpoint_gpu_preflight(struct manifest *m, struct gpu_batch *batch, struct stasis_error **err)
+int checkpoint_preflight(struct manifest *m, struct gpu_batch *batch, const char *dir,
+			 bool compress, struct stasis_error **err)
 {
 	int r = find_cuda_processes(m, batch, err);
 
@@ -261,6 +263,10 @@ int checkpoint_gpu_preflight(struct manifest *m, struct gpu_batch *batch, struct
 		r = preflight_gpu_checkpoint(m, err);
 	if (r == 0)
 		r = nvidia_refs_check(m, false, err);
+	if (r == 0)
+		r = mappings_check(m, err);
+	if (r == 0)
+		r = preflight_image_room(m, dir, compress, err);
 	return r;
 }
 
@@ -298,19 +304,11 @@ int checkpoint_dump_end(struct gpu_batch *batch, struct manifest *m, bool leave_
 		     : 0;
 }
 
-static int checkpoint_locked(const struct stasis_checkpoint_options *o, struct manifest *m,
-			     struct gpu_batch *batch, struct stasis_error **err)
+static int checkpoint_prepared(const struct stasis_checkpoint_options *o, struct manifest *m,
+			       struct gpu_batch *batch, uint64_t start, struct stasis_error **err)
 {
-	uint64_t start = now_usec();
 	int r;
 
-	r = criu_version(err);
-	if (r < 0)
-		return r;
-	m->criu_version = r;
-	r = image_prepare(o->dir, err);
-	if (r < 0)
-		return r;
 	checkpoint_fill_host_facts(m);
 	m->options.leave_running = o->leave_running;
 	m->options.shell_job = o->shell_job;
@@ -319,9 +317,7 @@ static int checkpoint_locked(const struct stasis_checkpoint_options *o, struct m
 	if (r == 0 && o->compress)
 		r = image_pack_preflight(err);
 	if (r == 0)
-		r = checkpoint_gpu_preflight(m, batch, err);
-	if (r == 0)
-		r = preflight_image_room(m, o->dir, o->compress, err);
+		r = checkpoint_preflight(m, batch, o->dir, o->compress, err);
 	manifest_add_phase(m, "preflight", now_usec() - start);
 	if (r < 0)
 		return r;
@@ -336,6 +332,27 @@ static int checkpoint_locked(const struct stasis_checkpoint_options *o, struct m
 	}
 	r = dump_tree(o, m, err);
 	return checkpoint_dump_end(batch, m, o->leave_running, r, err);
+}
+
+static int checkpoint_locked(const struct stasis_checkpoint_options *o, struct manifest *m,
+			     struct gpu_batch *batch, struct stasis_error **err)
+{
+	uint64_t start = now_usec();
+	bool made;
+	int r;
+
+	r = criu_version(err);
+	if (r < 0)
+		return r;
+	m->criu_version = r;
+	r = image_prepare(o->dir, err);
+	if (r < 0)
+		return r;
+	made = r == 1;
+	r = checkpoint_prepared(o, m, batch, start, err);
+	if (r < 0)
+		image_discard(o->dir, made);
+	return r;
 }
 
 int stasis_checkpoint(const struct stasis_checkpoint_options *o, struct manifest *m,
@@ -364,7 +381,7 @@ int stasis_checkpoint(const struct stasis_checkpoint_options *o, struct manifest
 		lock_fd = r < 0 ? r : pid_lock(o->pid, err);
 		if (lock_fd >= 0) {
 			r = checkpoint_locked(o, m, &batch, err);
-			pid_unlock(lock_fd);
+			pid_unlock(o->pid, lock_fd);
 		}
 		r = lock_fd < 0 ? lock_fd : r;
 	}

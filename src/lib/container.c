@@ -14,6 +14,7 @@
 
 #include "criu-rpc.h"
 #include "fault.h"
+#include "gpu-handoff.h"
 #include "image.h"
 #include "lock.h"
 #include "preflight.h"
@@ -168,21 +169,23 @@ int container_checkpoint(const struct stasis_checkpoint_options *o, struct manif
 	struct runc_container c;
 	struct image_follower *follower = NULL;
 	uint64_t start = now_usec();
+	bool made;
 	int r, lock_fd;
 
 	r = preflight(o, &c, m, err);
 	if (r < 0)
 		return r;
+	made = r == 1;
 	lock_fd = pid_lock(c.pid, err);
-	if (lock_fd < 0)
+	if (lock_fd < 0) {
+		image_discard(o->dir, made);
 		return lock_fd;
+	}
 	checkpoint_fill_host_facts(m);
 	m->options.leave_running = o->leave_running;
 	r = describe_container(&c, m, err);
 	if (r == 0)
-		r = checkpoint_gpu_preflight(m, batch, err);
-	if (r == 0)
-		r = preflight_image_room(m, o->dir, false, err);
+		r = checkpoint_preflight(m, batch, o->dir, false, err);
 	manifest_add_phase(m, "preflight", now_usec() - start);
 	/* From here on the container changes: every failure rolls back. */
 	if (r == 0)
@@ -191,7 +194,8 @@ int container_checkpoint(const struct stasis_checkpoint_options *o, struct manif
 		r = checkpoint_check_interrupted("sigterm-before-dump", "runc checkpoint", err);
 	if (r < 0) {
 		gpu_rollback(batch, err);
-		pid_unlock(lock_fd);
+		pid_unlock(c.pid, lock_fd);
+		image_discard(o->dir, made);
 		return r;
 	}
 	image_follow_start(o->dir, &follower, NULL);
@@ -203,7 +207,9 @@ int container_checkpoint(const struct stasis_checkpoint_options *o, struct manif
 			restore_after_failure(o, &c, m, err);
 	}
 	image_follow_free(follower);
-	pid_unlock(lock_fd);
+	pid_unlock(c.pid, lock_fd);
+	if (r < 0)
+		image_discard(o->dir, made);
 	return r;
 }
 

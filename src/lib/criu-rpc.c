@@ -144,6 +144,16 @@ int criu_version(struct stasis_error **err)
 	return version;
 }
 
+/* A line of CRIU's log without its "(00.123456) " timestamp. */
+static const char *without_timestamp(const char *line)
+{
+	if (line[0] == '(' && strchr(line, ')'))
+		line = strchr(line, ')') + 1;
+	while (*line == ' ')
+		line++;
+	return line;
+}
+
 char *criu_log_errors(const char *log_path, int max_lines)
 {
 	_cleanup_free_ char *log = read_file_str(log_path, NULL);
@@ -170,14 +180,7 @@ char *criu_log_errors(const char *log_path, int max_lines)
 	if (!f)
 		return NULL;
 	for (int i = 0; i < n; i++) {
-		/* Drop CRIU's "(00.123456) " timestamp prefix. */
-		const char *text = lines[i];
-
-		if (text[0] == '(' && strchr(text, ')'))
-			text = strchr(text, ')') + 1;
-		while (*text == ' ')
-			text++;
-		fprintf(f, "%s%s", i ? " | " : "", text);
+		fprintf(f, "%s%s", i ? " | " : "", without_timestamp(lines[i]));
 	}
 	fclose(f);
 	return out;
@@ -190,6 +193,18 @@ static int criu_failure(struct stasis_error **err, const char *what, int ret, co
 	_cleanup_free_ char *lines = NULL;
 
 	snprintf(log_path, sizeof(log_path), "%s/%s", dir, log_file);
+	if (ret == -ECOMM) {
+		/* The socket closed without an answer: CRIU was killed, by a
+		 * signal or the OOM killer. Its log stops where it died. */
+		_cleanup_free_ char *log = read_file_str(log_path, NULL);
+
+		stasis_error_set(
+		    err, EIO, STASIS_DOMAIN_CRIU, ret,
+		    "criu %s failed: CRIU died without answering (killed by a signal, "
+		    "or out of memory: see the kernel log); its log ends: %s",
+		    what, log && *last_line(log) ? without_timestamp(last_line(log)) : "(empty)");
+		return stasis_error_hint(err, "full log: %s", log_path);
+	}
 	lines = criu_log_errors(log_path, 3);
 	stasis_error_set(err, EIO, STASIS_DOMAIN_CRIU, ret, "criu %s failed: %s", what,
 			 lines && *lines ? lines : "no error lines in its log");

@@ -27,6 +27,7 @@ int image_prepare(const char *dir, struct stasis_error **err)
 {
 	char sub[4096];
 	int r = dir_is_empty(dir);
+	bool made;
 
 	if (r == 1) {
 		stasis_error_set(err, EEXIST, STASIS_DOMAIN_USAGE, 0,
@@ -35,11 +36,37 @@ int image_prepare(const char *dir, struct stasis_error **err)
 	}
 	if (r < 0 && r != -ENOENT)
 		return stasis_error_errno(err, -r, "image directory %s: %s", dir, strerror(-r));
+	made = r == -ENOENT;
 	snprintf(sub, sizeof(sub), "%s/%s", dir, IMAGE_CRIU_SUBDIR);
 	r = mkdir_p(sub);
 	if (r < 0)
 		return stasis_error_errno(err, -r, "creating %s: %s", sub, strerror(-r));
-	return 0;
+	return made;
+}
+
+void image_discard(const char *dir, bool made)
+{
+	char sub[PATH_MAX];
+	struct dirent *de;
+	DIR *d;
+
+	snprintf(sub, sizeof(sub), "%s/" MANIFEST_NAME, dir);
+	if (access(sub, F_OK) == 0)
+		return; /* complete: the failure came after */
+	snprintf(sub, sizeof(sub), "%s/%s", dir, IMAGE_CRIU_SUBDIR);
+	d = opendir(sub);
+	while (d && (de = readdir(d))) {
+		size_t len = strlen(de->d_name);
+
+		if (de->d_type != DT_DIR && !(len > 4 && strcmp(de->d_name + len - 4, ".log") == 0))
+			unlinkat(dirfd(d), de->d_name, 0);
+	}
+	if (d)
+		closedir(d);
+	/* Each goes only if nothing is left in it. */
+	rmdir(sub);
+	if (made)
+		rmdir(dir);
 }
 
 static bool listed(const struct manifest *m, const char *name)

@@ -13,8 +13,15 @@
 /* Added to the name of a compressed pages image. */
 #define IMAGE_PACKED_SUFFIX ".zst"
 
-/* DIR must not exist or be empty; creates DIR and DIR/criu. */
+/* DIR must not exist or be empty; creates DIR and DIR/criu. 1 when it
+ * made DIR, 0 when DIR was there (empty), or an error. */
 int image_prepare(const char *dir, struct stasis_error **err);
+
+/* After a checkpoint failed: frees what it wrote into a DIR that
+ * image_prepare accepted (made: it made DIR), keeping CRIU's logs, which
+ * the error names; nothing once the manifest is written. A failed dump must not keep the disk full.
+ */
+void image_discard(const char *dir, bool made);
 
 /* Hashes the pages images while CRIU writes them, and starts their
  * writeback early, so that the checksum after the dump reads only what

@@ -13,6 +13,7 @@ const char *stasis_run_dir(void);
 
 /* Lock pid for this process's lifetime (or until pid_unlock); returns the fd. */
 int pid_lock(pid_t pid, struct stasis_error **err);
-void pid_unlock(int fd);
+/* Unlock and remove pid's lock file. */
+void pid_unlock(pid_t pid, int fd);
 
 #endif

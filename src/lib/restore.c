@@ -307,7 +307,7 @@ static int restore_tree(const struct stasis_restore_options *o, struct manifest 
 	manifest_add_phase(m, "preflight", now_usec() - start);
 	if (r == 0)
 		r = restore_locked(o, m, verifier, &plan, root_out, err);
-	pid_unlock(lock_fd);
+	pid_unlock(manifest_root(m)->pid, lock_fd);
 	return r;
 }
 

@@ -5,7 +5,6 @@
 #define STASIS_STEPS_H
 
 #include "error.h"
-#include "gpu-handoff.h"
 #include "gpu.h"
 #include "gpumap.h"
 #include "image.h"
@@ -15,9 +14,10 @@
 void checkpoint_fill_host_facts(struct manifest *m);
 
 /* Which processes of m use CUDA (into batch), their GPUs, and every refusal
- * that must come before anything changes. */
-int checkpoint_gpu_preflight(struct manifest *m, struct gpu_batch *batch,
-			     struct stasis_error **err);
+ * that must come before anything changes: what the driver cannot
+ * checkpoint, what CRIU cannot save, an image that cannot fit dir. */
+int checkpoint_preflight(struct manifest *m, struct gpu_batch *batch, const char *dir,
+			 bool compress, struct stasis_error **err);
 
 /* Lock and checkpoint every CUDA process, in parallel; then check that
  * what the driver left behind can be saved. The caller rolls back. */

@@ -7,10 +7,15 @@
  * Leftover device references, as a real CUDA process's forked child has:
  *   FAKE_WORKER_DEVFILE=PATH   open PATH before forking and keep it open
  *   FAKE_WORKER_DEVMAP=PATH    map PATH shared as well
- *   FAKE_WORKER_IDLE_CHILD=1   fork a child that never "uses CUDA" */
+ *   FAKE_WORKER_IDLE_CHILD=1   fork a child that never "uses CUDA"
+ * Memory for CRIU to dump, checked while it counts:
+ *   FAKE_WORKER_HEAP_MB=N      each CUDA process fills N MiB with a pattern
+ *                              and checks a page of it each tick; a page
+ *                              found changed is written to DIR/bad-PID */
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,8 +44,51 @@ static void *idle_thread(void *arg)
 	return NULL;
 }
 
+static unsigned char heap_byte(size_t i)
+{
+	return (unsigned char)((i * 2654435761u) >> 11);
+}
+
+static unsigned char *heap_fill(size_t *len)
+{
+	const char *mb = getenv("FAKE_WORKER_HEAP_MB");
+	unsigned char *heap;
+
+	*len = mb ? (size_t)atoi(mb) << 20 : 0;
+	if (!*len || !(heap = malloc(*len)))
+		return NULL;
+	for (size_t i = 0; i < *len; i++)
+		heap[i] = heap_byte(i);
+	return heap;
+}
+
+/* Checks the tick's page of the heap; false, and a note in DIR, if changed. */
+static bool heap_intact(const char *dir, const unsigned char *heap, size_t len,
+			unsigned long long tick)
+{
+	size_t page = (size_t)(tick % (len / 4096)) * 4096;
+	char path[4096];
+	FILE *f;
+
+	for (size_t i = page; i < page + 4096; i++) {
+		if (heap[i] == heap_byte(i))
+			continue;
+		snprintf(path, sizeof(path), "%s/bad-%d", dir, (int)getpid());
+		f = fopen(path, "w");
+		if (f) {
+			fprintf(f, "heap byte %zu is %u, not %u\n", i, heap[i], heap_byte(i));
+			fclose(f);
+		}
+		return false;
+	}
+	return true;
+}
+
 static int run(const char *dir)
 {
+	size_t heap_len;
+	unsigned char *heap = heap_fill(&heap_len);
+	unsigned long long tick = 0;
 	pthread_t idle;
 	char path[4096], buf[32];
 	unsigned long long counter = 0;
@@ -54,6 +102,8 @@ static int run(const char *dir)
 	if (fd < 0)
 		return 1;
 	while (!stop) {
+		if (heap && !heap_intact(dir, heap, heap_len, tick++))
+			return 1;
 		if (fake_state_read(getpid()) == 0) {
 			counter++;
 			snprintf(buf, sizeof(buf), "%020llu\n", counter);

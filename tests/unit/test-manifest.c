@@ -5,9 +5,11 @@
 #include <stdint.h>
 #include <cmocka.h>
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "image.h"
@@ -143,7 +145,7 @@ static void write_and_verify(void **state)
 	(void)state;
 	assert_non_null(mkdtemp(dir));
 	rmdir(dir);
-	assert_int_equal(image_prepare(dir, &err), 0);
+	assert_int_equal(image_prepare(dir, &err), 1); /* made it */
 	snprintf(path, sizeof(path), "%s/criu/pages-1.img", dir);
 	f = fopen(path, "w");
 	fputs("some pages", f);
@@ -175,6 +177,55 @@ static void write_and_verify(void **state)
 	assert_int_equal(system(path), 0);
 }
 
+static void touch(const char *dir, const char *name)
+{
+	char path[PATH_MAX];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	f = fopen(path, "w");
+	assert_non_null(f);
+	fputs("x", f);
+	fclose(f);
+}
+
+/* A failed checkpoint frees its pages and keeps CRIU's log; without a log
+ * nothing of it is left; a complete image is never touched. */
+static void discard_after_failure(void **state)
+{
+	char dir[] = "/tmp/stasis-test-discard-XXXXXX", path[PATH_MAX];
+	struct stasis_error *err = NULL;
+
+	(void)state;
+	assert_non_null(mkdtemp(dir));
+	rmdir(dir);
+	assert_int_equal(image_prepare(dir, &err), 1);
+	touch(dir, "criu/pages-1.img");
+	touch(dir, "criu/dump.log");
+	image_discard(dir, true);
+	snprintf(path, sizeof(path), "%s/criu/pages-1.img", dir);
+	assert_int_equal(access(path, F_OK), -1);
+	snprintf(path, sizeof(path), "%s/criu/dump.log", dir);
+	assert_int_equal(access(path, F_OK), 0);
+	unlink(path);
+	image_discard(dir, true);
+	assert_int_equal(access(dir, F_OK), -1);
+	/* An empty directory given is kept. */
+	assert_int_equal(mkdir(dir, 0755), 0);
+	assert_int_equal(image_prepare(dir, &err), 0);
+	image_discard(dir, false);
+	assert_int_equal(access(dir, F_OK), 0);
+	/* With its manifest the image is complete: kept whole. */
+	assert_int_equal(image_prepare(dir, &err), 0);
+	touch(dir, "criu/pages-1.img");
+	touch(dir, "manifest.json");
+	image_discard(dir, false);
+	snprintf(path, sizeof(path), "%s/criu/pages-1.img", dir);
+	assert_int_equal(access(path, F_OK), 0);
+	snprintf(path, sizeof(path), "rm -rf %s", dir);
+	assert_int_equal(system(path), 0);
+}
+
 static void missing_manifest(void **state)
 {
 	struct manifest m;
@@ -190,9 +241,8 @@ static void missing_manifest(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(roundtrip),
-	    cmocka_unit_test(rejects_bad_manifests),
-	    cmocka_unit_test(write_and_verify),
+	    cmocka_unit_test(roundtrip),	cmocka_unit_test(rejects_bad_manifests),
+	    cmocka_unit_test(write_and_verify), cmocka_unit_test(discard_after_failure),
 	    cmocka_unit_test(missing_manifest),
 	};
 

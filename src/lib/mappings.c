@@ -1,0 +1,88 @@
+/* SPDX-License-Identifier: MIT */
+#include "mappings.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "util.h"
+
+/* CRIU's name for an AIO ring, which it saves although it cannot open it. */
+#define AIO_RING "/[aio]"
+
+/* What CRIU does in vma_get_mapfile (criu/proc_parse.c): only files of
+ * pseudo file systems (device major 0) are opened for reading, and a
+ * socket or an AIO ring that refuses is still saved. */
+static bool reopens(int map_files, const char *range, const char *path)
+{
+	struct stat st;
+	int fd = openat(map_files, range, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+
+	if (fd >= 0) {
+		close(fd);
+		return true;
+	}
+	if (errno != ENXIO || fstatat(map_files, range, &st, 0) < 0)
+		return true; /* gone meanwhile, or CRIU's own error to give */
+	return S_ISSOCK(st.st_mode) ||
+	       ((st.st_mode & S_IFMT) == 0 && strncmp(path, AIO_RING, strlen(AIO_RING)) == 0);
+}
+
+int mapping_unsavable(pid_t pid, char *path, size_t len, unsigned long *start)
+{
+	char name[64], line[PATH_MAX + 128];
+	_cleanup_fclose_ FILE *maps = NULL;
+	_cleanup_close_ int map_files = -1;
+
+	snprintf(name, sizeof(name), "/proc/%d/maps", (int)pid);
+	maps = fopen(name, "re");
+	snprintf(name, sizeof(name), "/proc/%d/map_files", (int)pid);
+	map_files = open(name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (!maps || map_files < 0)
+		return -errno;
+	while (fgets(line, sizeof(line), maps)) {
+		unsigned long from, to, inode;
+		unsigned int major, minor;
+		int file = 0;
+		char range[64];
+
+		/* address perms offset dev inode path */
+		if (sscanf(line, "%lx-%lx %*s %*s %x:%x %lu %n", &from, &to, &major, &minor, &inode,
+			   &file) < 5 ||
+		    !inode || major != 0 || !file)
+			continue;
+		strip_trailing(line + file);
+		snprintf(range, sizeof(range), "%lx-%lx", from, to);
+		if (reopens(map_files, range, line + file))
+			continue;
+		snprintf(path, len, "%s", line + file);
+		*start = from;
+		return 1;
+	}
+	return 0;
+}
+
+int mappings_check(const struct manifest *m, struct stasis_error **err)
+{
+	for (size_t i = 0; i < m->nprocs; i++) {
+		const struct manifest_process *p = &m->procs[i];
+		char path[256];
+		unsigned long start;
+
+		if (mapping_unsavable(p->pid, path, sizeof(path), &start) != 1)
+			continue;
+		stasis_error_set(err, ENOTSUP, STASIS_DOMAIN_USAGE, 0,
+				 "PID %d (%s) maps %s at 0x%lx, which CRIU cannot save: it cannot "
+				 "be opened again",
+				 (int)p->pid, p->comm, path, start);
+		return stasis_error_hint(
+		    err, "io_uring rings, DMA-BUFs and NCCL's buffers shared between "
+			 "processes are such mappings; checkpoint before they are made or "
+			 "after they are released");
+	}
+	return 0;
+}

@@ -1,0 +1,24 @@
+/* SPDX-License-Identifier: MIT */
+/* Mappings CRIU cannot save, found before anything changes. CRIU opens
+ * every file mapping of a pseudo file system again through
+ * /proc/PID/map_files; one whose file has no open (an io_uring ring, a
+ * DMA-BUF, the buffers NCCL shares between ranks) makes its dump fail
+ * after the GPU state was already checkpointed. */
+#ifndef STASIS_MAPPINGS_H
+#define STASIS_MAPPINGS_H
+
+#include <stddef.h>
+#include <sys/types.h>
+
+#include "error.h"
+#include "manifest.h"
+
+/* The first mapping of pid that CRIU could not open again: its path (as
+ * /proc/PID/maps names it) and start address. 1 found, 0 none, -errno. */
+int mapping_unsavable(pid_t pid, char *path, size_t len, unsigned long *start);
+
+/* Refuse, naming the process and the mapping, when a process of m has
+ * one. */
+int mappings_check(const struct manifest *m, struct stasis_error **err);
+
+#endif
