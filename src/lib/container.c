@@ -258,7 +258,6 @@ int container_restore(const struct stasis_restore_options *o, struct manifest *m
 	snprintf(images, sizeof(images), "%s/%s", o->dir, IMAGE_CRIU_SUBDIR);
 	snprintf(work, sizeof(work), "%s/restore-%d", o->dir, (int)getpid());
 	start = now_usec();
-	setenv("STASIS_NVIDIA_DEV_MAP", plan.dev_map, 1);
 	r = gpu_handoff_restore_begin(&handoff, m, &plan, true, err);
 	progress_begin("runc restore of %zu process%s", m->nprocs, m->nprocs == 1 ? "" : "es");
 	if (r == 0)
@@ -267,7 +266,6 @@ int container_restore(const struct stasis_restore_options *o, struct manifest *m
 					   "runc restore failed: injected fault")
 			: runc_restore(id, bundle, images, work, err);
 	progress_end();
-	unsetenv("STASIS_NVIDIA_DEV_MAP");
 	served = gpu_handoff_end(&handoff, &gpu_err);
 	manifest_add_phase(m, "runc_restore", now_usec() - start);
 	if (served < 0) {

@@ -149,11 +149,16 @@ static void *serve_thread(void *opaque)
 	return NULL;
 }
 
+void plugin_channel_path(char *path, size_t len)
+{
+	snprintf(path, len, "%s/plugin-%d.sock", stasis_run_dir(), (int)getpid());
+}
+
 static int listen_at(struct plugin_channel *ch, struct stasis_error **err)
 {
 	struct sockaddr_un addr = {.sun_family = AF_UNIX};
 
-	snprintf(ch->path, sizeof(ch->path), "%s/plugin-%d.sock", stasis_run_dir(), (int)getpid());
+	plugin_channel_path(ch->path, sizeof(ch->path));
 	if (strlen(ch->path) >= sizeof(addr.sun_path) - 1)
 		return stasis_error_errno(err, ENAMETOOLONG, "socket path %s is too long",
 					  ch->path);
@@ -191,7 +196,6 @@ int plugin_channel_open(const struct plugin_channel_ops *ops, void *ctx,
 		free(ch);
 		return r;
 	}
-	setenv("STASIS_PLUGIN_SOCKET", ch->path, 1);
 	*out = ch;
 	return 0;
 }
@@ -202,7 +206,6 @@ int plugin_channel_close(struct plugin_channel *ch, struct stasis_error **err)
 
 	if (!ch)
 		return 0;
-	unsetenv("STASIS_PLUGIN_SOCKET");
 	if (write(ch->stop_pipe[1], "x", 1) < 0) {
 		/* the pipe is ours and empty: this cannot fail */
 	}

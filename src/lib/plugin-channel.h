@@ -3,7 +3,7 @@
  * CRIU holds the tree, asks stasis to do the GPU work (criu-plugin/
  * gpu-resume.c has the other end and the messages). It is served by a
  * thread of its own for as long as CRIU runs; its path reaches the plugin
- * in $STASIS_PLUGIN_SOCKET, through runc as well. */
+ * in $STASIS_PLUGIN_SOCKET, through runc as well, set by the restore. */
 #ifndef STASIS_PLUGIN_CHANNEL_H
 #define STASIS_PLUGIN_CHANNEL_H
 
@@ -26,6 +26,10 @@ struct plugin_channel_ops {
 };
 
 struct plugin_channel;
+
+/* Where this process's channel listens; the caller puts it in
+ * $STASIS_PLUGIN_SOCKET before CRIU starts. */
+void plugin_channel_path(char *path, size_t len);
 
 int plugin_channel_open(const struct plugin_channel_ops *ops, void *ctx,
 			struct plugin_channel **out, struct stasis_error **err);

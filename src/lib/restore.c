@@ -14,6 +14,7 @@
 #include "criu-rpc.h"
 #include "fault.h"
 #include "gpu-handoff.h"
+#include "plugin-channel.h"
 #include "gpu.h"
 #include "gpumap.h"
 #include "image.h"
@@ -96,13 +97,22 @@ static int plan_gpus(const struct manifest *m, const char *map, struct gpu_plan 
 int restore_gpu_preflight(const struct manifest *m, const char *map, struct gpu_plan *plan,
 			  struct stasis_error **err)
 {
+	char socket[108]; /* sun_path */
 	int r = plan_gpus(m, map, plan, err);
 
+	if (r < 0)
+		return r;
+	/* For stasis's CRIU plugin, in the environment CRIU inherits; only
+	 * values change here (see reserve_plugin_environment). */
+	setenv("STASIS_NVIDIA_DEV_MAP", plan->dev_map, 1);
+	if (!manifest_cuda_count(m))
+		return 0;
+	plugin_channel_path(socket, sizeof(socket));
+	setenv("STASIS_PLUGIN_SOCKET", socket, 1);
 	/* Only the GPU restore needs cuInit: it runs beside what comes next,
 	 * CRIU's restore above all. */
-	if (r == 0 && manifest_cuda_count(m))
-		cuda_load_begin();
-	return r;
+	cuda_load_begin();
+	return 0;
 }
 
 static void kill_tree(const struct manifest *m)
@@ -209,8 +219,6 @@ static int run_criu_restore(const struct stasis_restore_options *o, struct manif
 	int r;
 
 	snprintf(images, sizeof(images), "%s", image_verifier_criu_dir(verifier));
-	/* stasis's CRIU plugin moves /dev/nvidiaN descriptors with the map. */
-	setenv("STASIS_NVIDIA_DEV_MAP", plan->dev_map, 1);
 	post_restore.verifier = verifier;
 	post_restore.m = m;
 	post_restore.err = err;
@@ -218,7 +226,6 @@ static int run_criu_restore(const struct stasis_restore_options *o, struct manif
 	progress_begin("CRIU restore of %zu process%s", m->nprocs, m->nprocs == 1 ? "" : "es");
 	r = criu_run_restore(&req, root_out, err);
 	progress_end();
-	unsetenv("STASIS_NVIDIA_DEV_MAP");
 	/* CRIU reports the refused notification; the cause is ours. */
 	if (post_restore.result < 0)
 		r = post_restore.result;
@@ -337,6 +344,17 @@ static int restore_either(const struct stasis_restore_options *o, struct manifes
 	return r;
 }
 
+/* The variables stasis's CRIU plugin reads, empty until the GPU plan
+ * fills them in. Made before the first thread starts (the verifier,
+ * cuInit, which reads the environment all along): adding a variable
+ * while another thread reads the environment can free the array under
+ * it; changing a value cannot. */
+static void reserve_plugin_environment(void)
+{
+	setenv("STASIS_NVIDIA_DEV_MAP", "", 1);
+	setenv("STASIS_PLUGIN_SOCKET", "", 1);
+}
+
 int stasis_restore(const struct stasis_restore_options *o, struct manifest *m, pid_t *root_out,
 		   struct stasis_error **err)
 {
@@ -344,6 +362,7 @@ int stasis_restore(const struct stasis_restore_options *o, struct manifest *m, p
 	uint64_t start = now_usec();
 	int r;
 
+	reserve_plugin_environment();
 	r = stasis_require_root(err);
 	if (r == 0)
 		r = image_open_begin(o->dir, m, &verifier, err);
