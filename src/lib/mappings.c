@@ -66,12 +66,43 @@ int mapping_unsavable(pid_t pid, char *path, size_t len, unsigned long *start)
 	return 0;
 }
 
+bool maps_library(pid_t pid, const char *name)
+{
+	char path[64], line[PATH_MAX + 128];
+	_cleanup_fclose_ FILE *maps = NULL;
+
+	snprintf(path, sizeof(path), "/proc/%d/maps", (int)pid);
+	maps = fopen(path, "re");
+	while (maps && fgets(line, sizeof(line), maps)) {
+		const char *base = strrchr(line, '/');
+
+		if (base && strncmp(base + 1, name, strlen(name)) == 0)
+			return true;
+	}
+	return false;
+}
+
+/* The driver's checkpoint saves a process's CUDA contexts; an OpenCL
+ * context beside them (measured: PyTorch Lightning's main process) keeps
+ * its mappings of the device, which nothing can save. */
+static int refuse_opencl(const struct manifest_process *p, struct stasis_error **err)
+{
+	stasis_error_set(err, ENOTSUP, STASIS_DOMAIN_CUDA, 0,
+			 "PID %d (%s) uses OpenCL beside CUDA (%s is loaded); the driver's "
+			 "checkpoint saves CUDA's GPU state only",
+			 (int)p->pid, p->comm, OPENCL_DRIVER);
+	return stasis_error_hint(err, "keep the program from loading OpenCL");
+}
+
 int mappings_check(const struct manifest *m, struct stasis_error **err)
 {
 	for (size_t i = 0; i < m->nprocs; i++) {
 		const struct manifest_process *p = &m->procs[i];
 		char path[256];
 		unsigned long start;
+
+		if (p->cuda && maps_library(p->pid, OPENCL_DRIVER))
+			return refuse_opencl(p, err);
 
 		if (mapping_unsavable(p->pid, path, sizeof(path), &start) != 1)
 			continue;

@@ -7,6 +7,7 @@
 #ifndef STASIS_MAPPINGS_H
 #define STASIS_MAPPINGS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <sys/types.h>
 
@@ -17,8 +18,14 @@
  * /proc/PID/maps names it) and start address. 1 found, 0 none, -errno. */
 int mapping_unsavable(pid_t pid, char *path, size_t len, unsigned long *start);
 
+/* NVIDIA's OpenCL driver, as its file name begins. */
+#define OPENCL_DRIVER "libnvidia-opencl.so"
+
+/* Whether pid maps a file whose name begins with name. */
+bool maps_library(pid_t pid, const char *name);
+
 /* Refuse, naming the process and the mapping, when a process of m has
- * one. */
+ * one, or when a CUDA process of m has an OpenCL context too. */
 int mappings_check(const struct manifest *m, struct stasis_error **err);
 
 #endif
