@@ -32,12 +32,27 @@ static bool reopens(int map_files, const char *range, const char *path)
 	       ((st.st_mode & S_IFMT) == 0 && strncmp(path, AIO_RING, strlen(AIO_RING)) == 0);
 }
 
-int mapping_unsavable(pid_t pid, char *path, size_t len, unsigned long *start)
+/* What one read of a process's maps found. */
+struct maps_scan {
+	bool opencl;	     /* OPENCL_DRIVER is mapped */
+	char unsavable[256]; /* the first mapping CRIU could not open again */
+	unsigned long start; /* and its address */
+};
+
+static bool is_opencl(const char *file)
+{
+	const char *base = strrchr(file, '/');
+
+	return base && strncmp(base + 1, OPENCL_DRIVER, strlen(OPENCL_DRIVER)) == 0;
+}
+
+static int scan_maps(pid_t pid, struct maps_scan *scan)
 {
 	char name[64], line[PATH_MAX + 128];
 	_cleanup_fclose_ FILE *maps = NULL;
 	_cleanup_close_ int map_files = -1;
 
+	memset(scan, 0, sizeof(*scan));
 	snprintf(name, sizeof(name), "/proc/%d/maps", (int)pid);
 	maps = fopen(name, "re");
 	snprintf(name, sizeof(name), "/proc/%d/map_files", (int)pid);
@@ -53,33 +68,19 @@ int mapping_unsavable(pid_t pid, char *path, size_t len, unsigned long *start)
 		/* address perms offset dev inode path */
 		if (sscanf(line, "%lx-%lx %*s %*s %x:%x %lu %n", &from, &to, &major, &minor, &inode,
 			   &file) < 5 ||
-		    !inode || major != 0 || !file)
+		    !inode || !file)
 			continue;
 		strip_trailing(line + file);
+		scan->opencl = scan->opencl || is_opencl(line + file);
+		if (major != 0 || scan->unsavable[0])
+			continue;
 		snprintf(range, sizeof(range), "%lx-%lx", from, to);
 		if (reopens(map_files, range, line + file))
 			continue;
-		snprintf(path, len, "%s", line + file);
-		*start = from;
-		return 1;
+		snprintf(scan->unsavable, sizeof(scan->unsavable), "%s", line + file);
+		scan->start = from;
 	}
 	return 0;
-}
-
-bool maps_library(pid_t pid, const char *name)
-{
-	char path[64], line[PATH_MAX + 128];
-	_cleanup_fclose_ FILE *maps = NULL;
-
-	snprintf(path, sizeof(path), "/proc/%d/maps", (int)pid);
-	maps = fopen(path, "re");
-	while (maps && fgets(line, sizeof(line), maps)) {
-		const char *base = strrchr(line, '/');
-
-		if (base && strncmp(base + 1, name, strlen(name)) == 0)
-			return true;
-	}
-	return false;
 }
 
 /* The driver's checkpoint saves a process's CUDA contexts; an OpenCL
@@ -98,18 +99,18 @@ int mappings_check(const struct manifest *m, struct stasis_error **err)
 {
 	for (size_t i = 0; i < m->nprocs; i++) {
 		const struct manifest_process *p = &m->procs[i];
-		char path[256];
-		unsigned long start;
+		struct maps_scan scan;
 
-		if (p->cuda && maps_library(p->pid, OPENCL_DRIVER))
+		if (scan_maps(p->pid, &scan) < 0)
+			continue;
+		if (p->cuda && scan.opencl)
 			return refuse_opencl(p, err);
-
-		if (mapping_unsavable(p->pid, path, sizeof(path), &start) != 1)
+		if (!scan.unsavable[0])
 			continue;
 		stasis_error_set(err, ENOTSUP, STASIS_DOMAIN_USAGE, 0,
 				 "PID %d (%s) maps %s at 0x%lx, which CRIU cannot save: it cannot "
 				 "be opened again",
-				 (int)p->pid, p->comm, path, start);
+				 (int)p->pid, p->comm, scan.unsavable, scan.start);
 		return stasis_error_hint(
 		    err, "io_uring rings, DMA-BUFs and NCCL's buffers shared between "
 			 "processes are such mappings; checkpoint before they are made or "

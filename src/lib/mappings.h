@@ -7,22 +7,11 @@
 #ifndef STASIS_MAPPINGS_H
 #define STASIS_MAPPINGS_H
 
-#include <stdbool.h>
-#include <stddef.h>
-#include <sys/types.h>
-
 #include "error.h"
 #include "manifest.h"
 
-/* The first mapping of pid that CRIU could not open again: its path (as
- * /proc/PID/maps names it) and start address. 1 found, 0 none, -errno. */
-int mapping_unsavable(pid_t pid, char *path, size_t len, unsigned long *start);
-
 /* NVIDIA's OpenCL driver, as its file name begins. */
 #define OPENCL_DRIVER "libnvidia-opencl.so"
-
-/* Whether pid maps a file whose name begins with name. */
-bool maps_library(pid_t pid, const char *name);
 
 /* Refuse, naming the process and the mapping, when a process of m has
  * one, or when a CUDA process of m has an OpenCL context too. */
