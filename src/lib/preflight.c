@@ -180,17 +180,12 @@ int preflight_gpu_checkpoint(const struct manifest *m, struct stasis_error **err
 	return check_host_memory(m, err);
 }
 
-/* A field of /proc/PID/status in bytes ("RssAnon"), 0 when unknown. */
-static uint64_t status_bytes(pid_t pid, const char *field)
+/* A field of a /proc/PID/status text in bytes ("RssAnon:"), 0 when absent. */
+static uint64_t status_bytes(const char *status, const char *field)
 {
-	char path[64];
-	_cleanup_free_ char *status = NULL;
-	const char *line;
+	const char *line = status ? strstr(status, field) : NULL;
 
-	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
-	status = read_file_str(path, NULL);
-	line = status ? strstr(status, field) : NULL;
-	return line ? strtoull(line + strlen(field) + 1, NULL, 10) * 1024 : 0;
+	return line ? strtoull(line + strlen(field), NULL, 10) * 1024 : 0;
 }
 
 void preflight_image_estimate(const struct manifest *m, struct image_estimate *e)
@@ -199,12 +194,17 @@ void preflight_image_estimate(const struct manifest *m, struct image_estimate *e
 
 	memset(e, 0, sizeof(*e));
 	for (size_t i = 0; i < m->nprocs; i++) {
-		uint64_t s = status_bytes(m->procs[i].pid, "RssShmem:");
+		char path[64];
+		_cleanup_free_ char *status = NULL;
+		uint64_t s;
 
+		snprintf(path, sizeof(path), "/proc/%d/status", (int)m->procs[i].pid);
+		status = read_file_str(path, NULL);
+		s = status_bytes(status, "RssShmem:");
 		if (m->procs[i].cuda)
 			e->gpu += m->procs[i].gpu_bytes;
 		/* Private memory is saved per process, shared memory once. */
-		e->host += status_bytes(m->procs[i].pid, "RssAnon:");
+		e->host += status_bytes(status, "RssAnon:");
 		shmem = s > shmem ? s : shmem;
 	}
 	e->host += shmem;
