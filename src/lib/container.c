@@ -268,16 +268,12 @@ int container_restore(const struct stasis_restore_options *o, struct manifest *m
 	progress_end();
 	served = gpu_handoff_end(&handoff, &gpu_err);
 	manifest_add_phase(m, "runc_restore", now_usec() - start);
-	if (served < 0) {
-		/* The GPU restore failed inside CRIU, which then failed too. */
-		stasis_error_free(*err);
-		*err = TAKE_PTR(gpu_err);
-		r = served;
-	}
-	if (r == 0)
+	/* A GPU restore that failed inside CRIU failed runc's restore too:
+	 * its error is the one to give. */
+	if (r == 0 && served >= 0)
 		r = adopt_host_pids(id, m, root_out, err);
-	if (r == 0 && served == 0)
-		r = restore_resume_gpus(m, &plan, err);
+	if (r == 0 || served < 0)
+		r = restore_finish_gpus(m, &plan, served, &gpu_err, err);
 	if (r < 0) {
 		runc_destroy(id);
 		stasis_error_hint(err,

@@ -189,8 +189,8 @@ static int image_cause(struct image_verifier *v, int r, struct stasis_error **er
 /* The GPU restore ran inside CRIU's restore, or failed there (the plugin
  * then killed the tree before it ran), or CRIU never asked for it: then it
  * runs now, after the fact. */
-static int finish_gpus(struct manifest *m, const struct gpu_plan *plan, int served,
-		       struct stasis_error **gpu_err, struct stasis_error **err)
+int restore_finish_gpus(struct manifest *m, const struct gpu_plan *plan, int served,
+			struct stasis_error **gpu_err, struct stasis_error **err)
 {
 	if (served == 1)
 		return 0;
@@ -257,7 +257,7 @@ static int restore_locked(const struct stasis_restore_options *o, struct manifes
 	manifest_add_phase(m, "criu_restore", now_usec() - start);
 	if (served >= 0 && r < 0)
 		return r;
-	r = finish_gpus(m, plan, served, &gpu_err, err);
+	r = restore_finish_gpus(m, plan, served, &gpu_err, err);
 	if (r < 0) {
 		kill_tree(m);
 		if (!o->detach && served >= 0)

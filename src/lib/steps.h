@@ -51,4 +51,10 @@ int restore_gpu_preflight(const struct manifest *m, const char *map, struct gpu_
  * timings in m. No rollback: the caller kills what it restored. */
 int restore_resume_gpus(struct manifest *m, const struct gpu_plan *plan, struct stasis_error **err);
 
+/* After CRIU's (or runc's) restore, served what gpu_handoff_end said: the
+ * GPU restore ran inside it (1), failed there (<0: gpu_err moves to err),
+ * or was not asked for (0: restore_resume_gpus runs now). */
+int restore_finish_gpus(struct manifest *m, const struct gpu_plan *plan, int served,
+			struct stasis_error **gpu_err, struct stasis_error **err);
+
 #endif
