@@ -45,16 +45,12 @@ static void map_path(const char *path, char *out, size_t len)
 
 int nvidia_dump_file(int fd, int id)
 {
-	char link[64], path[PATH_MAX], name[64];
-	int flags, out;
-	ssize_t n;
+	char path[PATH_MAX], name[64];
+	int flags, out, ours = plugin_fd_path(fd, path, sizeof(path));
 
-	snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
-	n = readlink(link, path, sizeof(path) - 1);
-	if (n < 0)
-		return -errno;
-	path[n] = '\0';
-	if (strncmp(path, plugin_dev_prefix(), strlen(plugin_dev_prefix())) != 0)
+	if (ours < 0)
+		return ours;
+	if (!ours)
 		return -ENOTSUP; /* not ours: another plugin may know it */
 	flags = fcntl(fd, F_GETFL);
 	if (flags < 0)

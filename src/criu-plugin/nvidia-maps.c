@@ -9,6 +9,7 @@
  * every other mapping, and a touch of the old device range gets SIGBUS
  * instead of reaching a GPU context that no longer exists. */
 #include <errno.h>
+#include <limits.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -19,7 +20,9 @@
 
 int nvidia_handle_vma(int fd, const struct stat *st)
 {
-	if (!S_ISCHR(st->st_mode) || !plugin_fd_is_nvidia(fd))
+	char path[PATH_MAX];
+
+	if (!S_ISCHR(st->st_mode) || plugin_fd_path(fd, path, sizeof(path)) != 1)
 		return -ENOTSUP;
 	return 0;
 }

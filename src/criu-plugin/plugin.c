@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* The registration of stasis's CRIU plugin and what its parts share. */
 #include <criu/criu-plugin.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,15 +16,15 @@ const char *plugin_dev_prefix(void)
 	return p && *p ? p : "/dev/nvidia";
 }
 
-bool plugin_fd_is_nvidia(int fd)
+int plugin_fd_path(int fd, char *path, size_t len)
 {
-	char link[64], path[4096];
+	char link[64];
 	ssize_t n;
 
 	snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
-	n = readlink(link, path, sizeof(path) - 1);
+	n = readlink(link, path, len - 1);
 	if (n < 0)
-		return false;
+		return -errno;
 	path[n] = '\0';
 	return strncmp(path, plugin_dev_prefix(), strlen(plugin_dev_prefix())) == 0;
 }

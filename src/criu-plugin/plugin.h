@@ -14,8 +14,9 @@
 /* "/dev/nvidia", or the tests' $STASIS_NVIDIA_DEV_PREFIX. */
 const char *plugin_dev_prefix(void);
 
-/* Whether the file behind fd lives under the prefix. */
-bool plugin_fd_is_nvidia(int fd);
+/* The file behind fd into path: 1 when it lives under the prefix, 0 when
+ * not, -errno. */
+int plugin_fd_path(int fd, char *path, size_t len);
 
 /* nvidia-files.c: descriptors. */
 int nvidia_dump_file(int fd, int id);
