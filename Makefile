@@ -13,10 +13,11 @@ WERROR   ?= -Werror
 
 CFLAGS   ?= -O2 -g
 CFLAGS   += -std=gnu11 -Wall -Wextra $(WERROR) -Wno-unused-parameter -Wno-format-truncation -pthread
-CPPFLAGS += -D_GNU_SOURCE -Isrc/lib -I$(CRIU)/include -I$(CRIU)/include/criu -isystem $(CUDA_INC)
+LIB_DIRS := src/lib $(patsubst %/,%,$(sort $(dir $(wildcard src/lib/*/*.h))))
+CPPFLAGS += -D_GNU_SOURCE $(addprefix -I,$(LIB_DIRS)) -I$(CRIU)/include -I$(CRIU)/include/criu -isystem $(CUDA_INC)
 LDLIBS   += $(CRIU)/lib/libcriu.a -lprotobuf-c -ljson-c -lxxhash -lzstd -ldl -pthread
 
-LIB_SRC  := $(wildcard src/lib/*.c)
+LIB_SRC  := $(wildcard src/lib/*.c src/lib/*/*.c)
 CLI_SRC  := $(wildcard src/cli/*.c)
 LIB_OBJ  := $(LIB_SRC:src/%.c=$(BUILD)/obj/%.o)
 CLI_OBJ  := $(CLI_SRC:src/%.c=$(BUILD)/obj/%.o)
@@ -64,7 +65,7 @@ $(STASIS): $(LIB_OBJ) $(CLI_OBJ)
 
 PLUGIN_SRC := $(wildcard src/criu-plugin/*.c)
 
-$(PLUGIN): $(PLUGIN_SRC) src/criu-plugin/plugin.h src/lib/plugin-wire.h $(CRIU)/lib/libcriu.a
+$(PLUGIN): $(PLUGIN_SRC) src/criu-plugin/plugin.h src/lib/gpu/plugin-wire.h $(CRIU)/lib/libcriu.a
 	@mkdir -p $(dir $@)
 	rm -f $(dir $@)stasis_nvidia_files.so
 	$(CC) $(CPPFLAGS) $(CFLAGS) -shared -fPIC -o $@ $(PLUGIN_SRC)
@@ -98,11 +99,13 @@ check: all
 demo: all
 	$(STASIS) demo
 
+FORMATTED = $(wildcard src/*/*.[ch] src/lib/*/*.[ch] tests/*/*.[ch])
+
 format:
-	clang-format -i src/*/*.c src/*/*.h tests/*/*.c tests/*/*.h
+	clang-format -i $(FORMATTED)
 
 format-check: | $(DEPS_OK)
-	@clang-format --dry-run --Werror src/*/*.c src/*/*.h tests/*/*.c tests/*/*.h && echo "format: ok"
+	@clang-format --dry-run --Werror $(FORMATTED) && echo "format: ok"
 
 gpu-bundle: all
 	@./scripts/gpu-bundle.sh $(BUILD)
