@@ -11,10 +11,11 @@
 
 #include "cli.h"
 #include "cuda-api.h"
+#include "container.h"
 #include "devfiles.h"
 #include "nvml.h"
-#include "runc.h"
 #include "proc.h"
+#include "target.h"
 #include "util.h"
 
 struct ps_entry {
@@ -124,19 +125,19 @@ static void print_entries(const struct ps_entry *e, size_t n)
 }
 
 /* Its processes, and how many of them the driver knows as CUDA ones. */
-static void count_processes(const struct runc_container *c, size_t *n, size_t *cuda)
+static void count_processes(const struct target_container *c, size_t *n, size_t *cuda)
 {
 	_cleanup_free_ pid_t *pids = NULL;
 	enum cuda_process_state state;
 
 	*n = *cuda = 0;
-	if (c->pid <= 0 || runc_processes(c, &pids, n, NULL) < 0)
+	if (c->pid <= 0 || container_processes(c->pid, &pids, n, NULL) < 0)
 		return;
 	for (size_t i = 0; i < *n; i++)
 		*cuda += cuda_available() && cuda_get_state(pids[i], &state) == CUDA_RES_SUCCESS;
 }
 
-static json_object *containers_json(const struct runc_container *c, size_t n)
+static json_object *containers_json(const struct target_container *c, size_t n)
 {
 	json_object *arr = json_object_new_array();
 
@@ -145,8 +146,13 @@ static json_object *containers_json(const struct runc_container *c, size_t n)
 		size_t procs, cuda;
 
 		count_processes(&c[i], &procs, &cuda);
-		json_object_object_add(o, "runtime", json_object_new_string("runc"));
+		json_object_object_add(o, "runtime", json_object_new_string(c[i].runtime));
+		if (c[i].namespace[0])
+			json_object_object_add(o, "namespace",
+					       json_object_new_string(c[i].namespace));
 		json_object_object_add(o, "id", json_object_new_string(c[i].id));
+		if (c[i].image[0])
+			json_object_object_add(o, "image", json_object_new_string(c[i].image));
 		json_object_object_add(o, "status", json_object_new_string(c[i].status));
 		json_object_object_add(o, "init_pid", json_object_new_int(c[i].pid));
 		json_object_object_add(o, "processes", json_object_new_int((int)procs));
@@ -157,16 +163,22 @@ static json_object *containers_json(const struct runc_container *c, size_t n)
 	return arr;
 }
 
-static void print_containers(const struct runc_container *c, size_t n)
+/* A containerd container is named NAMESPACE/ID, its image shown where a
+ * runc container shows its bundle. */
+static void print_containers(const struct target_container *c, size_t n)
 {
-	printf("\n%-20s %-8s %-9s %-9s %-10s %-5s %s\n", "CONTAINER", "RUNTIME", "STATUS",
-	       "INIT PID", "PROCESSES", "CUDA", "BUNDLE");
+	printf("\n%-24s %-10s %-9s %-9s %-10s %-5s %s\n", "CONTAINER", "RUNTIME", "STATUS",
+	       "INIT PID", "PROCESSES", "CUDA", "BUNDLE OR IMAGE");
 	for (size_t i = 0; i < n; i++) {
+		char name[400];
 		size_t procs, cuda;
 
+		snprintf(name, sizeof(name), "%s%s%s", c[i].namespace, c[i].namespace[0] ? "/" : "",
+			 c[i].id);
 		count_processes(&c[i], &procs, &cuda);
-		printf("%-20.20s %-8s %-9s %-9d %-10zu %-5zu %s\n", c[i].id, "runc", c[i].status,
-		       (int)c[i].pid, procs, cuda, c[i].bundle);
+		printf("%-24.24s %-10s %-9s %-9d %-10zu %-5zu %s\n", name, c[i].runtime,
+		       c[i].status, (int)c[i].pid, procs, cuda,
+		       c[i].image[0] ? c[i].image : c[i].bundle);
 	}
 }
 
@@ -208,7 +220,7 @@ int cmd_ps(int argc, char **argv)
 	_cleanup_free_ struct nvml_gpu *gpus = NULL;
 	_cleanup_free_ struct nvml_process *np = NULL;
 	_cleanup_free_ struct ps_entry *entries = NULL;
-	_cleanup_free_ struct runc_container *containers = NULL;
+	_cleanup_free_ struct target_container *containers = NULL;
 	size_t ngpus = 0, nnp = 0, n = 0, ncontainers = 0;
 	bool json = false, gpu;
 	int c;
@@ -220,7 +232,7 @@ int cmd_ps(int argc, char **argv)
 		json = true;
 	}
 	gpu = nvml_gpus(&gpus, &ngpus, &err) == 0 || cuda_available();
-	runc_list(&containers, &ncontainers, NULL);
+	target_list_containers(&containers, &ncontainers);
 	/* Without a driver there is nothing to show but containers. */
 	if (!gpu && !ncontainers)
 		return cli_fail("ps", err);

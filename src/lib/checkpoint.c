@@ -10,7 +10,6 @@
 #include <sys/utsname.h>
 #include <time.h>
 
-#include "container.h"
 #include "criu-rpc.h"
 #include "devfiles.h"
 #include "fault.h"
@@ -24,6 +23,7 @@
 #include "progress.h"
 #include "stasis.h"
 #include "steps.h"
+#include "target.h"
 #include "thp.h"
 #include "util.h"
 
@@ -85,27 +85,6 @@ void checkpoint_fill_host_facts(struct manifest *m)
 	}
 }
 
-static int preflight_tree(const struct stasis_checkpoint_options *o, struct stasis_error **err)
-{
-	int r = proc_require(o->pid, err);
-
-	if (r < 0)
-		return r;
-	if (proc_is_self_or_ancestor(o->pid)) {
-		stasis_error_set(err, EINVAL, STASIS_DOMAIN_USAGE, 0,
-				 "PID %d is stasis itself or one of its parents", (int)o->pid);
-		return stasis_error_hint(err,
-					 "checkpoint a process that stasis did not start from");
-	}
-	if (!o->shell_job && getsid(o->pid) != o->pid) {
-		stasis_error_set(err, EINVAL, STASIS_DOMAIN_USAGE, 0,
-				 "PID %d is not a session leader (its session is %d)", (int)o->pid,
-				 (int)getsid(o->pid));
-		return stasis_error_hint(err, "start it with setsid, or pass --shell-job");
-	}
-	return 0;
-}
-
 int checkpoint_seal_image(const char *dir, struct manifest *m, struct image_follower *follower,
 			  struct stasis_error **err)
 {
@@ -124,18 +103,6 @@ int checkpoint_seal_image(const char *dir, struct manifest *m, struct image_foll
 	return r;
 }
 
-/* What the post-dump notification needs: CRIU calls back without a
- * user pointer, and one stasis run does one checkpoint. */
-static struct {
-	const char *dir;
-	struct manifest *m;
-	struct stasis_error **err;
-	struct image_follower *follower;
-	struct image_packer *packer;
-	uint64_t dump_start;
-	int result;
-} post_dump;
-
 /* With --compress, what the compression threads have left after CRIU. */
 int checkpoint_pack_finish(struct image_packer *packer, struct manifest *m,
 			   struct stasis_error **err)
@@ -149,73 +116,6 @@ int checkpoint_pack_finish(struct image_packer *packer, struct manifest *m,
 	r = image_pack_finish(packer, m, err);
 	manifest_add_phase(m, "compress_finish", now_usec() - start);
 	progress_end();
-	return r;
-}
-
-/* The tree is still frozen here. Only once the image is durable may CRIU
- * kill it; a non-zero answer makes CRIU resume the tree instead. */
-static int on_criu_notify(const char *action)
-{
-	if (strcmp(action, "post-dump") != 0)
-		return 0;
-	manifest_add_phase(post_dump.m, "criu_dump", now_usec() - post_dump.dump_start);
-	progress_end();
-	post_dump.result = checkpoint_check_interrupted("sigterm-before-manifest",
-							"writing the manifest", post_dump.err);
-	if (post_dump.result == 0)
-		post_dump.result =
-		    checkpoint_pack_finish(post_dump.packer, post_dump.m, post_dump.err);
-	if (post_dump.result == 0)
-		post_dump.result = checkpoint_seal_image(post_dump.dir, post_dump.m,
-							 post_dump.follower, post_dump.err);
-	return post_dump.result < 0 ? 1 : 0;
-}
-
-static int dump_tree(const struct stasis_checkpoint_options *o, struct manifest *m,
-		     struct stasis_error **err)
-{
-	char images[4096];
-	struct criu_dump_request req = {
-	    .pid = o->pid,
-	    .images_dir = images,
-	    .log_file = "dump.log",
-	    .leave_running = o->leave_running,
-	    .shell_job = o->shell_job,
-	    .tcp_established = o->tcp_established,
-	    .notify = on_criu_notify,
-	};
-	int r;
-
-	snprintf(images, sizeof(images), "%s/%s", o->dir, IMAGE_CRIU_SUBDIR);
-	post_dump.dir = o->dir;
-	post_dump.m = m;
-	post_dump.err = err;
-	post_dump.result = 0;
-	post_dump.dump_start = now_usec();
-	if (fault_at("criu-dump", 0))
-		return stasis_error_set(err, EIO, STASIS_DOMAIN_CRIU, 0,
-					"criu dump failed: injected fault");
-	post_dump.follower = NULL;
-	post_dump.packer = NULL;
-	if (o->compress) {
-		r = image_pack_start(o->dir, m->nprocs, &post_dump.packer, err);
-		if (r < 0)
-			return r;
-		req.images_dir = image_pack_stage(post_dump.packer);
-		req.work_dir = images;
-	} else {
-		/* Without the follower the seal hashes everything after the dump. */
-		image_follow_start(o->dir, &post_dump.follower, NULL);
-	}
-	progress_begin("CRIU dump of %zu process%s", m->nprocs, m->nprocs == 1 ? "" : "es");
-	r = criu_run_dump(&req, err);
-	progress_end();
-	image_follow_free(post_dump.follower);
-	image_pack_free(post_dump.packer);
-	if (post_dump.result < 0) {
-		/* CRIU reports the refused notification; the cause is ours. */
-		return post_dump.result;
-	}
 	return r;
 }
 
@@ -304,16 +204,59 @@ int checkpoint_dump_end(struct gpu_batch *batch, struct manifest *m, bool leave_
 		     : 0;
 }
 
-static int checkpoint_prepared(const struct stasis_checkpoint_options *o, struct manifest *m,
-			       struct gpu_batch *batch, uint64_t start, struct stasis_error **err)
+/* The image could not be sealed and the workload is gone: bring it back
+ * from the image just written rather than lose it. The GPU handoff does
+ * not serve here, so the GPU restore comes after the target's restore. */
+static void recover_from_image(struct target *t, struct manifest *m, struct stasis_error **err)
 {
+	struct gpu_plan identity = {0};
+	pid_t root = -1;
+	int r = t->ops->restore(t, m, NULL, &root, NULL);
+
+	if (r == 0 && t->ops->adopt)
+		r = t->ops->adopt(t, m, &root, NULL);
+	if (r == 0)
+		r = restore_resume_gpus(m, &identity, NULL);
+	if (r == 0) {
+		stasis_error_hint(
+		    err, "'%s' was restored from the image just written and runs again", t->id);
+		return;
+	}
+	t->ops->destroy(t, m, root, true, NULL);
+	stasis_error_hint(err, "restoring '%s' from %s failed too; it is gone", t->id, t->dir);
+}
+
+/* The target's dump, with the GPU steps around it and the image sealed
+ * after it unless the target sealed it inside. */
+static int checkpoint_dump(struct target *t, struct manifest *m, struct gpu_batch *batch,
+			   struct stasis_error **err)
+{
+	bool leave_running = t->checkpoint->leave_running;
+	struct image_follower *follower = NULL;
+	int r;
+
+	if (!t->ops->seals_in_dump)
+		image_follow_start(t->dir, &follower, NULL);
+	r = t->ops->dump(t, m, err);
+	r = checkpoint_dump_end(batch, m, leave_running, r, err);
+	if (r == 0 && !t->ops->seals_in_dump) {
+		r = checkpoint_seal_image(t->dir, m, follower, err);
+		if (r < 0 && !leave_running)
+			recover_from_image(t, m, err);
+	}
+	image_follow_free(follower);
+	return r;
+}
+
+static int checkpoint_prepared(struct target *t, struct manifest *m, struct gpu_batch *batch,
+			       uint64_t start, struct stasis_error **err)
+{
+	const struct stasis_checkpoint_options *o = t->checkpoint;
 	int r;
 
 	checkpoint_fill_host_facts(m);
 	m->options.leave_running = o->leave_running;
-	m->options.shell_job = o->shell_job;
-	m->options.tcp_established = o->tcp_established;
-	r = proc_tree_describe(o->pid, m, err);
+	r = t->ops->describe(t, m, err);
 	if (r == 0 && o->compress)
 		r = image_pack_preflight(err);
 	if (r == 0)
@@ -325,33 +268,56 @@ static int checkpoint_prepared(const struct stasis_checkpoint_options *o, struct
 	/* From here on the workload changes: every failure rolls back. */
 	r = checkpoint_suspend_gpus(batch, m, err);
 	if (r == 0)
-		r = checkpoint_check_interrupted("sigterm-before-dump", "the CRIU dump", err);
+		r = checkpoint_check_interrupted("sigterm-before-dump", "the dump", err);
 	if (r < 0) {
 		gpu_rollback(batch, err);
 		return r;
 	}
-	r = dump_tree(o, m, err);
-	return checkpoint_dump_end(batch, m, o->leave_running, r, err);
+	return checkpoint_dump(t, m, batch, err);
 }
 
-static int checkpoint_locked(const struct stasis_checkpoint_options *o, struct manifest *m,
-			     struct gpu_batch *batch, struct stasis_error **err)
+/* Everything that can be checked before the lock: the target is there,
+ * CRIU answers, the image folder can be made. */
+static int checkpoint_find(struct target *t, struct manifest *m, struct stasis_error **err)
 {
-	uint64_t start = now_usec();
-	bool made;
-	int r;
+	const struct stasis_checkpoint_options *o = t->checkpoint;
+	int r = 0;
 
-	r = criu_version(err);
+	if (o->compress && !t->ops->compresses) {
+		stasis_error_set(err, ENOTSUP, STASIS_DOMAIN_USAGE, 0,
+				 "--compress is not supported for %s containers yet",
+				 t->ops->runtime);
+		return stasis_error_hint(err, "checkpoint the container without --compress");
+	}
+	r = t->ops->find(t, err);
+	if (r == 0)
+		r = criu_version(err);
 	if (r < 0)
 		return r;
 	m->criu_version = r;
-	r = image_prepare(o->dir, err);
+	return 0;
+}
+
+static int checkpoint_target(struct target *t, struct manifest *m, struct gpu_batch *batch,
+			     struct stasis_error **err)
+{
+	uint64_t start = now_usec();
+	bool made;
+	int lock_fd, r = checkpoint_find(t, m, err);
+
 	if (r < 0)
 		return r;
-	made = r == 1;
-	r = checkpoint_prepared(o, m, batch, start, err);
-	if (r < 0)
-		image_discard(o->dir, made);
+	lock_fd = pid_lock(t->root, err);
+	if (lock_fd < 0)
+		return lock_fd;
+	r = image_prepare(t->dir, err);
+	if (r >= 0) {
+		made = r == 1;
+		r = checkpoint_prepared(t, m, batch, start, err);
+		if (r < 0)
+			image_discard(t->dir, made);
+	}
+	pid_unlock(t->root, lock_fd);
 	return r;
 }
 
@@ -359,32 +325,21 @@ int stasis_checkpoint(const struct stasis_checkpoint_options *o, struct manifest
 		      struct stasis_error **err)
 {
 	struct gpu_batch batch = {.lock_timeout_ms = o->lock_timeout_ms};
+	struct target t = {.dir = o->dir, .checkpoint = o};
 	uint64_t start = now_usec();
-	int lock_fd, r;
+	int r;
 
 	if (!batch.lock_timeout_ms)
 		batch.lock_timeout_ms = GPU_DEFAULT_LOCK_TIMEOUT_MS;
+	snprintf(t.images, sizeof(t.images), "%s/%s", o->dir, IMAGE_CRIU_SUBDIR);
 	r = stasis_require_root(err);
-	if (r == 0 && o->runtime && o->compress) {
-		stasis_error_set(err, ENOTSUP, STASIS_DOMAIN_USAGE, 0,
-				 "--compress is not supported for containers yet");
-		r = stasis_error_hint(err, "checkpoint the container without --compress");
-	}
+	if (r == 0)
+		r = target_for_runtime(o->runtime, &t.ops, err);
 	if (r == 0 && o->thp_always)
 		r = thp_always_begin(err);
 	if (r < 0)
 		return r;
-	if (o->runtime) {
-		r = container_checkpoint(o, m, &batch, err);
-	} else {
-		r = preflight_tree(o, err);
-		lock_fd = r < 0 ? r : pid_lock(o->pid, err);
-		if (lock_fd >= 0) {
-			r = checkpoint_locked(o, m, &batch, err);
-			pid_unlock(o->pid, lock_fd);
-		}
-		r = lock_fd < 0 ? lock_fd : r;
-	}
+	r = checkpoint_target(&t, m, &batch, err);
 	gpu_batch_free(&batch);
 	if (o->thp_always)
 		thp_always_end();

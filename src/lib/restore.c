@@ -10,7 +10,6 @@
 #include <string.h>
 #include <sys/wait.h>
 
-#include "container.h"
 #include "criu-rpc.h"
 #include "fault.h"
 #include "gpu-handoff.h"
@@ -24,6 +23,7 @@
 #include "progress.h"
 #include "stasis.h"
 #include "steps.h"
+#include "target.h"
 #include "thp.h"
 #include "util.h"
 
@@ -115,12 +115,6 @@ int restore_gpu_preflight(const struct manifest *m, const char *map, struct gpu_
 	return 0;
 }
 
-static void kill_tree(const struct manifest *m)
-{
-	for (size_t i = 0; i < m->nprocs; i++)
-		kill(m->procs[i].pid, SIGKILL);
-}
-
 int restore_resume_gpus(struct manifest *m, const struct gpu_plan *plan, struct stasis_error **err)
 {
 	struct gpu_batch batch = {.pairs = plan->pairs, .npairs = plan->npairs};
@@ -146,46 +140,6 @@ int restore_resume_gpus(struct manifest *m, const struct gpu_plan *plan, struct 
 	return r;
 }
 
-/* What the post-restore notification needs (CRIU calls back without a
- * user pointer; one stasis run does one restore). */
-static struct {
-	struct image_verifier *verifier;
-	struct manifest *m;
-	struct stasis_error **err;
-	int result;
-} post_restore;
-
-/* The tree is restored but none of it runs yet: it may run only from an
- * image whose pages match their checksums. */
-static int on_criu_notify(const char *action)
-{
-	uint64_t start;
-
-	if (strcmp(action, "post-restore") != 0)
-		return 0;
-	start = now_usec();
-	post_restore.result = image_verify_wait(post_restore.verifier, post_restore.err);
-	manifest_add_phase(post_restore.m, "verify_wait", now_usec() - start);
-	return post_restore.result < 0 ? 1 : 0;
-}
-
-/* CRIU fails when it cannot read a pages image, as when a compressed one
- * does not decompress: then the image is the cause to report. */
-static int image_cause(struct image_verifier *v, int r, struct stasis_error **err)
-{
-	struct stasis_error *cause = NULL;
-
-	if (image_verify_stop(v, &cause) == 0)
-		return r;
-	r = -cause->status;
-	if (err) {
-		stasis_error_free(*err);
-		*err = cause;
-	} else
-		stasis_error_free(cause);
-	return r;
-}
-
 /* The GPU restore ran inside CRIU's restore, or failed there (the plugin
  * then killed the tree before it ran), or CRIU never asked for it: then it
  * runs now, after the fact. */
@@ -202,134 +156,86 @@ int restore_finish_gpus(struct manifest *m, const struct gpu_plan *plan, int ser
 	return restore_resume_gpus(m, plan, err);
 }
 
-static int run_criu_restore(const struct stasis_restore_options *o, struct manifest *m,
-			    struct image_verifier *verifier, const struct gpu_plan *plan,
-			    pid_t *root_out, struct stasis_error **err)
-{
-	char images[4096];
-	struct criu_restore_request req = {
-	    .images_dir = images,
-	    .work_dir = o->dir,
-	    .log_file = "restore.log",
-	    .detach = o->detach,
-	    .shell_job = m->options.shell_job,
-	    .tcp_established = m->options.tcp_established,
-	    .notify = on_criu_notify,
-	};
-	int r;
-
-	snprintf(images, sizeof(images), "%s", image_verifier_criu_dir(verifier));
-	post_restore.verifier = verifier;
-	post_restore.m = m;
-	post_restore.err = err;
-	post_restore.result = 0;
-	progress_begin("CRIU restore of %zu process%s", m->nprocs, m->nprocs == 1 ? "" : "es");
-	r = criu_run_restore(&req, root_out, err);
-	progress_end();
-	/* CRIU reports the refused notification; the cause is ours. */
-	if (post_restore.result < 0)
-		r = post_restore.result;
-	else if (r < 0)
-		r = image_cause(verifier, r, err);
-	image_verifier_record(verifier, m);
-	/* Before the GPU restore, which needs the memory. */
-	image_verifier_unstage(verifier);
-	return r;
-}
-
-static int restore_locked(const struct stasis_restore_options *o, struct manifest *m,
-			  struct image_verifier *verifier, const struct gpu_plan *plan,
-			  pid_t *root_out, struct stasis_error **err)
+/* The target's restore with the GPU handoff serving beside it; after a
+ * failure, the target kills what it brought back. */
+static int restore_handed_off(struct target *t, struct manifest *m, struct image_verifier *verifier,
+			      const struct gpu_plan *plan, pid_t *root_out,
+			      struct stasis_error **err)
 {
 	_cleanup_error_ struct stasis_error *gpu_err = NULL;
 	struct gpu_handoff handoff;
 	uint64_t start = now_usec();
-	int r, served;
+	int r, restored, served;
 
-	if (fault_at("criu-restore", 0))
-		return stasis_error_set(err, EIO, STASIS_DOMAIN_CRIU, 0,
-					"criu restore failed: injected fault");
-	r = gpu_handoff_restore_begin(&handoff, m, plan, false, err);
+	*root_out = -1;
+	r = gpu_handoff_restore_begin(&handoff, m, plan, !t->ops->same_pids, err);
 	if (r < 0)
 		return r;
-	r = run_criu_restore(o, m, verifier, plan, root_out, err);
+	restored = t->ops->restore(t, m, verifier, root_out, err);
 	served = gpu_handoff_end(&handoff, &gpu_err);
-	manifest_add_phase(m, "criu_restore", now_usec() - start);
-	if (served >= 0 && r < 0)
-		return r;
-	r = restore_finish_gpus(m, plan, served, &gpu_err, err);
-	if (r < 0) {
-		kill_tree(m);
-		if (!o->detach && served >= 0)
-			waitpid(*root_out, NULL, 0);
-		stasis_error_wrap(err, "GPU restore failed");
-		return stasis_error_hint(err, "the half-restored tree was killed; the image is "
-					      "intact, restore again once the cause is fixed");
-	}
-	return 0;
-}
-
-static int restore_container(const struct stasis_restore_options *o, struct manifest *m,
-			     pid_t *root_out, struct stasis_error **err)
-{
-	if (!m->container.runtime) {
-		stasis_error_set(err, EINVAL, STASIS_DOMAIN_USAGE, 0,
-				 "the image holds a process tree, not a container");
-		return stasis_error_hint(err, "restore it without --runtime");
-	}
-	if (!o->runtime) {
-		stasis_error_set(err, EINVAL, STASIS_DOMAIN_USAGE, 0,
-				 "the image holds %s container '%s'", m->container.runtime,
-				 m->container.id);
-		return stasis_error_hint(err, "restore it with --runtime %s", m->container.runtime);
-	}
-	if (m->options.compress)
-		return stasis_error_set(err, ENOTSUP, STASIS_DOMAIN_USAGE, 0,
-					"a compressed container image cannot be restored");
-	return container_restore(o, m, root_out, err);
-}
-
-/* The image's pages are verified while CRIU restores (see
- * on_criu_notify); what else the tree restore needs comes first. */
-static int restore_tree(const struct stasis_restore_options *o, struct manifest *m,
-			struct image_verifier *verifier, pid_t *root_out, struct stasis_error **err)
-{
-	struct gpu_plan plan;
-	uint64_t start = now_usec();
-	int lock_fd, r;
-
-	r = criu_version(err);
-	if (r >= 0) {
-		uint64_t gpu_start = now_usec();
-
-		r = restore_gpu_preflight(m, o->gpu_map, &plan, err);
-		manifest_add_phase(m, "gpu_preflight", now_usec() - gpu_start);
-	}
+	manifest_add_phase(m, t->ops->restore_phase, now_usec() - start);
+	/* A GPU restore that failed inside the restore failed it too: its
+	 * error is the one to give. */
+	r = restored;
+	if (r == 0 && served >= 0 && t->ops->adopt)
+		r = t->ops->adopt(t, m, root_out, err);
+	if (r == 0 || served < 0)
+		r = restore_finish_gpus(m, plan, served, &gpu_err, err);
 	if (r < 0)
-		return r;
-	lock_fd = pid_lock(manifest_root(m)->pid, err);
-	if (lock_fd < 0)
-		return lock_fd;
-	r = wait_pids_free(m, err);
-	manifest_add_phase(m, "preflight", now_usec() - start);
-	if (r == 0)
-		r = restore_locked(o, m, verifier, &plan, root_out, err);
-	pid_unlock(manifest_root(m)->pid, lock_fd);
+		t->ops->destroy(t, m, restored == 0 ? *root_out : -1, restored == 0 || served < 0,
+				err);
 	return r;
 }
 
-static int restore_either(const struct stasis_restore_options *o, struct manifest *m,
-			  struct image_verifier *verifier, pid_t *root_out,
-			  struct stasis_error **err)
+static int restore_target(struct target *t, struct manifest *m, struct image_verifier *verifier,
+			  pid_t *root_out, struct stasis_error **err)
 {
-	bool container = m->container.runtime || o->runtime;
-	uint64_t start = now_usec();
-	int r = 0;
+	struct gpu_plan plan;
+	uint64_t start = now_usec(), gpu_start;
+	int lock_fd = -1, r = t->ops->restore_check(t, m, err);
 
-	/* runc gives no notification before the container runs, and CRIU
-	 * needs a compressed image's pages decompressed first unless they are
-	 * served as they come. */
-	if (container || (m->options.compress && !image_verifier_serves(verifier))) {
+	if (r < 0)
+		return r;
+	gpu_start = now_usec();
+	r = restore_gpu_preflight(m, t->restore->gpu_map, &plan, err);
+	manifest_add_phase(m, "gpu_preflight", now_usec() - gpu_start);
+	if (r < 0)
+		return r;
+	/* A tree comes back at its own PIDs: they must be free, and stay
+	 * ours until it runs. */
+	if (t->ops->same_pids) {
+		lock_fd = pid_lock(manifest_root(m)->pid, err);
+		if (lock_fd < 0)
+			return lock_fd;
+		r = wait_pids_free(m, err);
+	}
+	manifest_add_phase(m, "preflight", now_usec() - start);
+	if (r == 0)
+		r = restore_handed_off(t, m, verifier, &plan, root_out, err);
+	if (lock_fd >= 0)
+		pid_unlock(manifest_root(m)->pid, lock_fd);
+	return r;
+}
+
+/* The image is verified while the target restores when it notifies
+ * before the processes run, and pages can be read as they come; else
+ * first. */
+static int restore_verified(const struct stasis_restore_options *o, struct manifest *m,
+			    struct image_verifier *verifier, pid_t *root_out,
+			    struct stasis_error **err)
+{
+	struct target t = {.dir = o->dir, .restore = o};
+	uint64_t start = now_usec();
+	int r = target_for_image(m, o->runtime, &t.ops, err);
+
+	if (r == 0 && m->options.compress && !t.ops->compresses)
+		r = stasis_error_set(err, ENOTSUP, STASIS_DOMAIN_USAGE, 0,
+				     "a compressed %s image cannot be restored", t.ops->runtime);
+	if (r < 0)
+		return r;
+	target_restore_names(&t, m);
+	if (!t.ops->verifies_in_restore ||
+	    (m->options.compress && !image_verifier_serves(verifier))) {
 		progress_begin(m->options.compress ? "decompressing the image"
 						   : "verifying the image's checksums");
 		r = image_verify_wait(verifier, err);
@@ -337,11 +243,7 @@ static int restore_either(const struct stasis_restore_options *o, struct manifes
 		manifest_add_phase(m, m->options.compress ? "decompress" : "verify_wait",
 				   now_usec() - start);
 	}
-	if (r == 0)
-		r = container ? restore_container(o, m, root_out, err)
-			      : restore_tree(o, m, verifier, root_out, err);
-	image_verifier_free(verifier);
-	return r;
+	return r < 0 ? r : restore_target(&t, m, verifier, root_out, err);
 }
 
 /* The variables stasis's CRIU plugin reads, empty until the GPU plan
@@ -377,7 +279,8 @@ int stasis_restore(const struct stasis_restore_options *o, struct manifest *m, p
 			return r;
 		}
 	}
-	r = restore_either(o, m, verifier, root_out, err);
+	r = restore_verified(o, m, verifier, root_out, err);
+	image_verifier_free(verifier);
 	if (o->thp_always)
 		thp_always_end();
 	if (r < 0)

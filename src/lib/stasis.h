@@ -14,8 +14,10 @@
 
 struct stasis_checkpoint_options {
 	pid_t pid;
-	const char *runtime;   /* "runc" for a container, NULL for a process tree */
+	const char *runtime;   /* "runc" or "containerd" for a container, NULL for a tree */
 	const char *container; /* its id, with runtime */
+	const char *namespace; /* containerd's namespace; NULL: $CONTAINERD_NAMESPACE, "default" */
+	const char *address;   /* containerd's socket; NULL: $CONTAINERD_ADDRESS, its default */
 	const char *dir;
 	bool leave_running;
 	bool shell_job;
@@ -32,12 +34,14 @@ int stasis_checkpoint(const struct stasis_checkpoint_options *opts, struct manif
 
 struct stasis_restore_options {
 	const char *dir;
-	const char *runtime; /* "runc" for a container image */
-	const char *bundle;  /* instead of the one in the manifest */
-	const char *name;    /* a new container id */
-	bool detach;	     /* leave the restored tree to init */
-	const char *gpu_map; /* "OLD=NEW,..." or NULL */
-	bool thp_always;     /* transparent huge pages "always" meanwhile */
+	const char *runtime;   /* "runc" or "containerd" for a container image */
+	const char *namespace; /* containerd's; NULL: the image's */
+	const char *address;   /* containerd's socket, as at checkpoint */
+	const char *bundle;    /* instead of the one in the manifest */
+	const char *name;      /* a new container id */
+	bool detach;	       /* leave the restored tree to init */
+	const char *gpu_map;   /* "OLD=NEW,..." or NULL */
+	bool thp_always;       /* transparent huge pages "always" meanwhile */
 };
 
 /* Restore the image in dir. m receives the manifest with restore timings;

@@ -28,6 +28,8 @@ void manifest_free(struct manifest *m)
 	free(m->container.id);
 	free(m->container.bundle);
 	free(m->container.spec);
+	free(m->container.namespace);
+	free(m->container.image);
 	for (size_t i = 0; i < m->nprocs; i++)
 		free(m->procs[i].cmdline);
 	free(m->procs);
@@ -195,6 +197,8 @@ static json_object *container_to_json(const struct manifest_container *c)
 	add_str(o, "runtime", c->runtime);
 	add_str(o, "id", c->id);
 	add_str(o, "bundle", c->bundle);
+	add_str(o, "namespace", c->namespace);
+	add_str(o, "image", c->image);
 	json_object_object_add(o, "spec", spec ? spec : json_object_new_object());
 	return o;
 }
@@ -390,6 +394,8 @@ static int decode_container(json_object *root, struct manifest *m, struct stasis
 	m->container.runtime = dup_field(c, "runtime");
 	m->container.id = dup_field(c, "id");
 	m->container.bundle = dup_field(c, "bundle");
+	m->container.namespace = dup_field(c, "namespace");
+	m->container.image = dup_field(c, "image");
 	if (!m->container.runtime || !m->container.id)
 		return corrupt(err, "a container without runtime or id");
 	spec = field(c, "spec", json_type_object);

@@ -41,10 +41,12 @@ struct manifest_process {
 
 /* A container image: what a restore elsewhere needs to know. */
 struct manifest_container {
-	char *runtime; /* "runc"; NULL for a process tree */
+	char *runtime; /* "runc", "containerd"; NULL for a process tree */
 	char *id;
 	char *bundle;
-	char *spec; /* the bundle's config.json, as JSON text */
+	char *spec;	 /* the bundle's config.json, as JSON text */
+	char *namespace; /* containerd's namespace, else NULL */
+	char *image;	 /* the image it was made from (containerd), else NULL */
 };
 
 struct manifest_phase {

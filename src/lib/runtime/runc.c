@@ -95,45 +95,6 @@ int runc_list(struct runc_container **out, size_t *n, struct stasis_error **err)
 	return 0;
 }
 
-static bool contains(const pid_t *pids, size_t n, pid_t pid)
-{
-	for (size_t i = 0; i < n; i++)
-		if (pids[i] == pid)
-			return true;
-	return false;
-}
-
-int runc_processes(const struct runc_container *c, pid_t **pids, size_t *n,
-		   struct stasis_error **err)
-{
-	char cgroup[PATH_MAX], path[PATH_MAX + 64];
-	_cleanup_free_ char *procs = NULL;
-	char *save = NULL;
-	int r = proc_tree(c->pid, pids, n, err);
-
-	if (r < 0)
-		return r;
-	proc_cgroup(c->pid, cgroup, sizeof(cgroup));
-	if (!cgroup[0])
-		return 0;
-	snprintf(path, sizeof(path), "/sys/fs/cgroup%s/cgroup.procs", cgroup);
-	procs = read_file_str(path, NULL);
-	for (char *tok = procs ? strtok_r(procs, "\n", &save) : NULL; tok;
-	     tok = strtok_r(NULL, "\n", &save)) {
-		pid_t pid = (pid_t)atoi(tok);
-		pid_t *bigger;
-
-		if (pid <= 0 || contains(*pids, *n, pid))
-			continue;
-		bigger = realloc(*pids, (*n + 1) * sizeof(**pids));
-		if (!bigger)
-			return stasis_error_errno(err, ENOMEM, "out of memory");
-		*pids = bigger;
-		(*pids)[(*n)++] = pid;
-	}
-	return 0;
-}
-
 /* runc's last error, from its JSON log, with CRIU's own error lines. */
 static int runc_failure(struct stasis_error **err, const char *what, const char *id,
 			const char *log, const char *criu_log)

@@ -25,11 +25,6 @@ int runc_state(const char *id, struct runc_container *c, struct stasis_error **e
 /* Every container runc knows; the caller frees *out. */
 int runc_list(struct runc_container **out, size_t *n, struct stasis_error **err);
 
-/* The container's processes on the host: its init's tree and every other
- * member of its cgroup (runc exec'd processes). The caller frees *pids. */
-int runc_processes(const struct runc_container *c, pid_t **pids, size_t *n,
-		   struct stasis_error **err);
-
 /* runc checkpoint into images (CRIU's image folder), with its CRIU and
  * work folder; the container is gone after unless leave_running. */
 int runc_checkpoint(const char *id, const char *images, const char *work, bool leave_running,

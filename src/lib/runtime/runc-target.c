@@ -1,0 +1,157 @@
+/* SPDX-License-Identifier: MIT */
+/* A runc container: runc runs stasis's CRIU (with stasis's plugin) to save
+ * and restore it; stasis does the GPU steps from the host, by host PIDs,
+ * around it. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "container.h"
+#include "criu-rpc.h"
+#include "fault.h"
+#include "progress.h"
+#include "runc.h"
+#include "target.h"
+#include "util.h"
+
+static int runc_containers(struct target_container **list, size_t *n, struct stasis_error **err)
+{
+	_cleanup_free_ struct runc_container *c = NULL;
+	struct target_container *bigger;
+	size_t count = 0;
+	int r = runc_list(&c, &count, err);
+
+	if (r < 0 || !count)
+		return r;
+	bigger = realloc(*list, (*n + count) * sizeof(**list));
+	if (!bigger)
+		return stasis_error_errno(err, ENOMEM, "out of memory");
+	*list = bigger;
+	for (size_t i = 0; i < count; i++) {
+		struct target_container *t = &(*list)[(*n)++];
+
+		memset(t, 0, sizeof(*t));
+		t->runtime = "runc";
+		t->pid = c[i].pid;
+		snprintf(t->id, sizeof(t->id), "%s", c[i].id);
+		snprintf(t->status, sizeof(t->status), "%s", c[i].status);
+		snprintf(t->bundle, sizeof(t->bundle), "%s", c[i].bundle);
+	}
+	return 0;
+}
+
+static int runc_find(struct target *t, struct stasis_error **err)
+{
+	struct runc_container c;
+	int r = runc_require(err);
+
+	if (r == 0)
+		r = runc_state(t->checkpoint->container, &c, err);
+	if (r == 0)
+		r = container_require_running(c.id, c.status, err);
+	if (r < 0)
+		return r;
+	t->root = c.pid;
+	snprintf(t->id, sizeof(t->id), "%s", c.id);
+	snprintf(t->bundle, sizeof(t->bundle), "%s", c.bundle);
+	return 0;
+}
+
+static int runc_describe(struct target *t, struct manifest *m, struct stasis_error **err)
+{
+	_cleanup_free_ pid_t *pids = NULL;
+	size_t n = 0;
+	int r = container_processes(t->root, &pids, &n, err);
+
+	return r < 0 ? r : container_describe(t, m, pids, n, err);
+}
+
+static int runc_dump(struct target *t, struct manifest *m, struct stasis_error **err)
+{
+	uint64_t start = now_usec();
+	int r;
+
+	if (fault_at("criu-dump", 0))
+		return stasis_error_set(err, EIO, STASIS_DOMAIN_CRIU, 0,
+					"runc checkpoint failed: injected fault");
+	progress_begin("runc checkpoint of %zu process%s", m->nprocs, m->nprocs == 1 ? "" : "es");
+	r = runc_checkpoint(t->id, t->images, t->images, t->checkpoint->leave_running, err);
+	progress_end();
+	manifest_add_phase(m, "runc_checkpoint", now_usec() - start);
+	return r;
+}
+
+static int runc_restore_check(struct target *t, const struct manifest *m, struct stasis_error **err)
+{
+	char config[PATH_MAX + 16];
+	struct runc_container taken;
+	struct stat st;
+	int r = runc_require(err);
+
+	if (r < 0)
+		return r;
+	if (runc_state(t->id, &taken, NULL) == 0) {
+		stasis_error_set(err, EEXIST, STASIS_DOMAIN_USAGE, 0,
+				 "container name '%s' is already taken (%s)", t->id, taken.status);
+		return stasis_error_hint(err, "delete that container or restore with --name NEW");
+	}
+	snprintf(config, sizeof(config), "%s/config.json", t->bundle);
+	if (!t->bundle[0] || stat(config, &st) < 0) {
+		stasis_error_set(err, ENOENT, STASIS_DOMAIN_USAGE, 0,
+				 "bundle %s not found (no config.json there)",
+				 t->bundle[0] ? t->bundle : "(none)");
+		return stasis_error_hint(err, "give the container's bundle with --bundle PATH");
+	}
+	return criu_version(err) < 0 ? -EIO : 0;
+}
+
+static int runc_restore_images(struct target *t, struct manifest *m,
+			       struct image_verifier *verifier, pid_t *root,
+			       struct stasis_error **err)
+{
+	char work[PATH_MAX];
+
+	if (fault_at("criu-restore", 0))
+		return stasis_error_set(err, EIO, STASIS_DOMAIN_CRIU, 0,
+					"runc restore failed: injected fault");
+	snprintf(work, sizeof(work), "%s/restore-%d", t->dir, (int)getpid());
+	return runc_restore(t->id, t->bundle, t->images, work, err);
+}
+
+static int runc_adopt(struct target *t, struct manifest *m, pid_t *root, struct stasis_error **err)
+{
+	struct runc_container c;
+	_cleanup_free_ pid_t *pids = NULL;
+	size_t n = 0;
+	int r = runc_state(t->id, &c, err);
+
+	if (r == 0)
+		r = container_processes(c.pid, &pids, &n, err);
+	if (r < 0)
+		return r;
+	*root = c.pid;
+	return container_adopt(t, m, pids, n, err);
+}
+
+static void runc_delete(struct target *t, struct manifest *m, pid_t root, bool restored,
+			struct stasis_error **err)
+{
+	runc_destroy(t->id);
+	stasis_error_hint(err, "the half-restored container '%s' was deleted; the image is intact",
+			  t->id);
+}
+
+const struct target_ops target_runc = {
+    .runtime = "runc",
+    .restore_phase = "runc_restore",
+    .list = runc_containers,
+    .find = runc_find,
+    .describe = runc_describe,
+    .dump = runc_dump,
+    .restore_check = runc_restore_check,
+    .restore = runc_restore_images,
+    .adopt = runc_adopt,
+    .destroy = runc_delete,
+};

@@ -1,0 +1,232 @@
+/* SPDX-License-Identifier: MIT */
+/* A process tree, saved and restored by CRIU through its RPC interface.
+ * CRIU notifies stasis while it holds the tree: at post-dump the image is
+ * sealed before CRIU may kill the tree, and at post-restore the tree runs
+ * only once the pages match their checksums. */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include "criu-rpc.h"
+#include "fault.h"
+#include "proc.h"
+#include "progress.h"
+#include "steps.h"
+#include "target.h"
+#include "util.h"
+
+static int tree_find(struct target *t, struct stasis_error **err)
+{
+	pid_t pid = t->checkpoint->pid;
+	int r = proc_require(pid, err);
+
+	if (r < 0)
+		return r;
+	if (proc_is_self_or_ancestor(pid)) {
+		stasis_error_set(err, EINVAL, STASIS_DOMAIN_USAGE, 0,
+				 "PID %d is stasis itself or one of its parents", (int)pid);
+		return stasis_error_hint(err,
+					 "checkpoint a process that stasis did not start from");
+	}
+	if (!t->checkpoint->shell_job && getsid(pid) != pid) {
+		stasis_error_set(err, EINVAL, STASIS_DOMAIN_USAGE, 0,
+				 "PID %d is not a session leader (its session is %d)", (int)pid,
+				 (int)getsid(pid));
+		return stasis_error_hint(err, "start it with setsid, or pass --shell-job");
+	}
+	t->root = pid;
+	return 0;
+}
+
+static int tree_describe(struct target *t, struct manifest *m, struct stasis_error **err)
+{
+	m->options.shell_job = t->checkpoint->shell_job;
+	m->options.tcp_established = t->checkpoint->tcp_established;
+	return proc_tree_describe(t->root, m, err);
+}
+
+/* What the post-dump notification needs: CRIU calls back without a
+ * user pointer, and one stasis run does one checkpoint. */
+static struct {
+	const char *dir;
+	struct manifest *m;
+	struct stasis_error **err;
+	struct image_follower *follower;
+	struct image_packer *packer;
+	uint64_t dump_start;
+	int result;
+} post_dump;
+
+/* The tree is still frozen here. Only once the image is durable may CRIU
+ * kill it; a non-zero answer makes CRIU resume the tree instead. */
+static int on_dump_notify(const char *action)
+{
+	if (strcmp(action, "post-dump") != 0)
+		return 0;
+	manifest_add_phase(post_dump.m, "criu_dump", now_usec() - post_dump.dump_start);
+	progress_end();
+	post_dump.result = checkpoint_check_interrupted("sigterm-before-manifest",
+							"writing the manifest", post_dump.err);
+	if (post_dump.result == 0)
+		post_dump.result =
+		    checkpoint_pack_finish(post_dump.packer, post_dump.m, post_dump.err);
+	if (post_dump.result == 0)
+		post_dump.result = checkpoint_seal_image(post_dump.dir, post_dump.m,
+							 post_dump.follower, post_dump.err);
+	return post_dump.result < 0 ? 1 : 0;
+}
+
+static int tree_dump(struct target *t, struct manifest *m, struct stasis_error **err)
+{
+	const struct stasis_checkpoint_options *o = t->checkpoint;
+	struct criu_dump_request req = {
+	    .pid = t->root,
+	    .images_dir = t->images,
+	    .log_file = "dump.log",
+	    .leave_running = o->leave_running,
+	    .shell_job = o->shell_job,
+	    .tcp_established = o->tcp_established,
+	    .notify = on_dump_notify,
+	};
+	int r;
+
+	post_dump.dir = t->dir;
+	post_dump.m = m;
+	post_dump.err = err;
+	post_dump.result = 0;
+	post_dump.dump_start = now_usec();
+	if (fault_at("criu-dump", 0))
+		return stasis_error_set(err, EIO, STASIS_DOMAIN_CRIU, 0,
+					"criu dump failed: injected fault");
+	post_dump.follower = NULL;
+	post_dump.packer = NULL;
+	if (o->compress) {
+		r = image_pack_start(t->dir, m->nprocs, &post_dump.packer, err);
+		if (r < 0)
+			return r;
+		req.images_dir = image_pack_stage(post_dump.packer);
+		req.work_dir = t->images;
+	} else {
+		/* Without the follower the seal hashes everything after the dump. */
+		image_follow_start(t->dir, &post_dump.follower, NULL);
+	}
+	progress_begin("CRIU dump of %zu process%s", m->nprocs, m->nprocs == 1 ? "" : "es");
+	r = criu_run_dump(&req, err);
+	progress_end();
+	image_follow_free(post_dump.follower);
+	image_pack_free(post_dump.packer);
+	/* CRIU reports the refused notification; the cause is ours. */
+	return post_dump.result < 0 ? post_dump.result : r;
+}
+
+static int tree_restore_check(struct target *t, const struct manifest *m, struct stasis_error **err)
+{
+	return criu_version(err) < 0 ? -EIO : 0;
+}
+
+/* What the post-restore notification needs (CRIU calls back without a
+ * user pointer; one stasis run does one restore). */
+static struct {
+	struct image_verifier *verifier;
+	struct manifest *m;
+	struct stasis_error **err;
+	int result;
+} post_restore;
+
+/* The tree is restored but none of it runs yet: it may run only from an
+ * image whose pages match their checksums. */
+static int on_restore_notify(const char *action)
+{
+	uint64_t start;
+
+	if (strcmp(action, "post-restore") != 0)
+		return 0;
+	start = now_usec();
+	post_restore.result = image_verify_wait(post_restore.verifier, post_restore.err);
+	manifest_add_phase(post_restore.m, "verify_wait", now_usec() - start);
+	return post_restore.result < 0 ? 1 : 0;
+}
+
+/* CRIU fails when it cannot read a pages image, as when a compressed one
+ * does not decompress: then the image is the cause to report. */
+static int image_cause(struct image_verifier *v, int r, struct stasis_error **err)
+{
+	struct stasis_error *cause = NULL;
+
+	if (image_verify_stop(v, &cause) == 0)
+		return r;
+	r = -cause->status;
+	if (err) {
+		stasis_error_free(*err);
+		*err = cause;
+	} else
+		stasis_error_free(cause);
+	return r;
+}
+
+static int tree_restore(struct target *t, struct manifest *m, struct image_verifier *verifier,
+			pid_t *root, struct stasis_error **err)
+{
+	struct criu_restore_request req = {
+	    .images_dir = image_verifier_criu_dir(verifier),
+	    .work_dir = t->dir,
+	    .log_file = "restore.log",
+	    .detach = t->restore->detach,
+	    .shell_job = m->options.shell_job,
+	    .tcp_established = m->options.tcp_established,
+	    .notify = on_restore_notify,
+	};
+	int r;
+
+	if (fault_at("criu-restore", 0))
+		return stasis_error_set(err, EIO, STASIS_DOMAIN_CRIU, 0,
+					"criu restore failed: injected fault");
+	post_restore.verifier = verifier;
+	post_restore.m = m;
+	post_restore.err = err;
+	post_restore.result = 0;
+	progress_begin("CRIU restore of %zu process%s", m->nprocs, m->nprocs == 1 ? "" : "es");
+	r = criu_run_restore(&req, root, err);
+	progress_end();
+	/* CRIU reports the refused notification; the cause is ours. */
+	if (post_restore.result < 0)
+		r = post_restore.result;
+	else if (r < 0)
+		r = image_cause(verifier, r, err);
+	image_verifier_record(verifier, m);
+	/* Before the GPU restore, which needs the memory. */
+	image_verifier_unstage(verifier);
+	return r;
+}
+
+/* CRIU cleans up after its own failure; what is left to kill is a tree
+ * whose GPU restore failed. */
+static void tree_destroy(struct target *t, struct manifest *m, pid_t root, bool restored,
+			 struct stasis_error **err)
+{
+	if (!restored)
+		return;
+	for (size_t i = 0; i < m->nprocs; i++)
+		kill(m->procs[i].pid, SIGKILL);
+	if (!t->restore->detach && root > 0)
+		waitpid(root, NULL, 0);
+	stasis_error_wrap(err, "GPU restore failed");
+	stasis_error_hint(err, "the half-restored tree was killed; the image is intact, restore "
+			       "again once the cause is fixed");
+}
+
+const struct target_ops target_tree = {
+    .compresses = true,
+    .seals_in_dump = true,
+    .same_pids = true,
+    .verifies_in_restore = true,
+    .restore_phase = "criu_restore",
+    .find = tree_find,
+    .describe = tree_describe,
+    .dump = tree_dump,
+    .restore_check = tree_restore_check,
+    .restore = tree_restore,
+    .destroy = tree_destroy,
+};
