@@ -117,7 +117,7 @@ int restore_gpu_preflight(const struct manifest *m, const char *map, struct gpu_
 
 int restore_resume_gpus(struct manifest *m, const struct gpu_plan *plan, struct stasis_error **err)
 {
-	struct gpu_batch batch = {.pairs = plan->pairs, .npairs = plan->npairs};
+	struct gpu_batch batch = {0};
 	uint64_t start = now_usec();
 	int r = 0;
 
@@ -125,17 +125,11 @@ int restore_resume_gpus(struct manifest *m, const struct gpu_plan *plan, struct 
 		r = cuda_load(err); /* waits for cuda_load_begin()'s */
 		manifest_add_phase(m, "cuda_init_wait", now_usec() - start);
 	}
-	for (size_t i = 0; i < m->nprocs && r == 0; i++)
-		if (m->procs[i].cuda && gpu_batch_add(&batch, m->procs[i].pid) < 0)
-			r = stasis_error_errno(err, ENOMEM, "out of memory");
-	for (size_t i = 0; i < batch.n; i++)
-		batch.procs[i].state = CUDA_PROCESS_CHECKPOINTED;
+	if (r == 0)
+		r = gpu_batch_of_restored(&batch, m, plan, err);
 	/* No rollback here: on failure the caller kills the tree. */
 	if (r == 0)
-		r = gpu_restore_all(&batch, err);
-	if (r == 0)
-		r = gpu_unlock_all(&batch, err);
-	gpu_record(&batch, m);
+		r = gpu_restore_unlock(&batch, m, err);
 	gpu_batch_free(&batch);
 	return r;
 }

@@ -35,15 +35,37 @@ static pid_t new_pid_of(const struct gpu_handoff *h, const struct manifest_proce
 	return 0;
 }
 
-static int restore_threads(struct gpu_handoff *h, const struct plugin_request *req, pid_t **tids,
-			   size_t *n, struct stasis_error **err)
+int gpu_batch_of_restored(struct gpu_batch *batch, const struct manifest *m,
+			  const struct gpu_plan *plan, struct stasis_error **err)
 {
-	uint64_t start = now_usec();
-	int r = manifest_cuda_count(h->m) ? cuda_load(err) : 0;
+	gpu_batch_free(batch);
+	batch->pairs = plan->pairs;
+	batch->npairs = plan->npairs;
+	for (size_t i = 0; i < m->nprocs; i++) {
+		if (!m->procs[i].cuda)
+			continue;
+		if (gpu_batch_add(batch, m->procs[i].pid) < 0)
+			return stasis_error_errno(err, ENOMEM, "out of memory");
+		batch->procs[batch->n - 1].state = CUDA_PROCESS_CHECKPOINTED;
+	}
+	return 0;
+}
 
-	manifest_add_phase(h->m, "cuda_init_wait", now_usec() - start);
-	gpu_batch_free(&h->restored);
-	for (size_t i = 0; i < h->m->nprocs && r == 0; i++) {
+int gpu_restore_unlock(struct gpu_batch *batch, struct manifest *m, struct stasis_error **err)
+{
+	int r = gpu_restore_all(batch, err);
+
+	if (r == 0)
+		r = gpu_unlock_all(batch, err);
+	gpu_record(batch, m);
+	return r;
+}
+
+/* m's CUDA processes get their PIDs in the restored tree. */
+static int adopt_restored(struct gpu_handoff *h, const struct plugin_request *req,
+			  struct stasis_error **err)
+{
+	for (size_t i = 0; i < h->m->nprocs; i++) {
 		struct manifest_process *p = &h->m->procs[i];
 		pid_t pid;
 
@@ -55,25 +77,23 @@ static int restore_threads(struct gpu_handoff *h, const struct plugin_request *r
 						"CUDA process %d is not in the restored tree",
 						(int)p->pid);
 		p->pid = pid;
-		if (gpu_batch_add(&h->restored, pid) < 0)
-			return stasis_error_errno(err, ENOMEM, "out of memory");
-		h->restored.procs[h->restored.n - 1].state = CUDA_PROCESS_CHECKPOINTED;
-		r = add_tid(pid, tids, n, err);
 	}
-	return r;
+	return 0;
 }
 
-static int restore_resume(struct gpu_handoff *h, struct stasis_error **err)
+static int restore_threads(struct gpu_handoff *h, const struct plugin_request *req, pid_t **tids,
+			   size_t *n, struct stasis_error **err)
 {
-	int r;
+	uint64_t start = now_usec();
+	int r = manifest_cuda_count(h->m) ? cuda_load(err) : 0;
 
-	h->restored.pairs = h->plan->pairs;
-	h->restored.npairs = h->plan->npairs;
-	/* No rollback: the plugin kills the tree on failure. */
-	r = gpu_restore_all(&h->restored, err);
+	manifest_add_phase(h->m, "cuda_init_wait", now_usec() - start);
 	if (r == 0)
-		r = gpu_unlock_all(&h->restored, err);
-	gpu_record(&h->restored, h->m);
+		r = adopt_restored(h, req, err);
+	if (r == 0)
+		r = gpu_batch_of_restored(&h->restored, h->m, h->plan, err);
+	for (size_t i = 0; r == 0 && i < h->restored.n; i++)
+		r = add_tid(h->restored.procs[i].pid, tids, n, err);
 	return r;
 }
 
@@ -87,8 +107,11 @@ static int threads(void *ctx, const struct plugin_request *req, pid_t **tids, si
 
 static int resume(void *ctx, const struct plugin_request *req, struct stasis_error **err)
 {
+	struct gpu_handoff *h = ctx;
+
 	(void)req;
-	return restore_resume(ctx, err);
+	/* No rollback: the plugin kills the tree on failure. */
+	return gpu_restore_unlock(&h->restored, h->m, err);
 }
 
 static const struct plugin_channel_ops handoff_ops = {.threads = threads, .resume = resume};

@@ -24,6 +24,15 @@ struct gpu_handoff {
 	struct gpu_batch restored;
 };
 
+/* m's CUDA processes, by their PIDs in m, into batch as the driver left
+ * them (checkpointed), with plan's GPU pairs. */
+int gpu_batch_of_restored(struct gpu_batch *batch, const struct manifest *m,
+			  const struct gpu_plan *plan, struct stasis_error **err);
+
+/* Restore and unlock every process of batch at once, recording the
+ * timings in m. No rollback: the caller kills what it restored. */
+int gpu_restore_unlock(struct gpu_batch *batch, struct manifest *m, struct stasis_error **err);
+
 /* Serve the GPU restore (before CRIU or runc starts restoring). */
 int gpu_handoff_restore_begin(struct gpu_handoff *h, struct manifest *m,
 			      const struct gpu_plan *plan, bool by_ns_pid,
