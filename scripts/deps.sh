@@ -8,7 +8,7 @@ libcmocka-dev libjson-c-dev libxxhash-dev libzstd-dev \
 libprotobuf-c-dev protobuf-c-compiler libprotobuf-dev protobuf-compiler \
 python3-protobuf libnl-3-dev libnet1-dev libcap-dev libbsd-dev \
 libnftables-dev libgnutls28-dev uuid-dev libaio-dev iptables \
-runc busybox-static clang-format criu util-linux patch"
+runc containerd busybox-static clang-format criu util-linux patch"
 
 missing=""
 for pkg in $PACKAGES; do

@@ -17,6 +17,8 @@ int cmd_checkpoint(int argc, char **argv)
 	    {"tcp-established", no_argument, NULL, 'T'},
 	    {"timeout", required_argument, NULL, 't'},
 	    {"runtime", required_argument, NULL, 'r'},
+	    {"namespace", required_argument, NULL, 'N'},
+	    {"address", required_argument, NULL, 'A'},
 	    {"thp", no_argument, NULL, 'H'},
 	    {"compress", no_argument, NULL, 'z'},
 	    {"print-stats", no_argument, NULL, 'P'},
@@ -52,6 +54,12 @@ int cmd_checkpoint(int argc, char **argv)
 			break;
 		case 'r':
 			o.runtime = optarg;
+			break;
+		case 'N':
+			o.namespace = optarg;
+			break;
+		case 'A':
+			o.address = optarg;
 			break;
 		case 'H':
 			o.thp_always = true;

@@ -47,6 +47,8 @@ int cmd_restore(int argc, char **argv)
 	    {"restore-detached", no_argument, NULL, 'd'},
 	    {"gpu-map", required_argument, NULL, 'g'},
 	    {"runtime", required_argument, NULL, 'r'},
+	    {"namespace", required_argument, NULL, 'N'},
+	    {"address", required_argument, NULL, 'A'},
 	    {"bundle", required_argument, NULL, 'b'},
 	    {"name", required_argument, NULL, 'n'},
 	    {"thp", no_argument, NULL, 'H'},
@@ -75,6 +77,12 @@ int cmd_restore(int argc, char **argv)
 			break;
 		case 'r':
 			o.runtime = optarg;
+			break;
+		case 'N':
+			o.namespace = optarg;
+			break;
+		case 'A':
+			o.address = optarg;
 			break;
 		case 'b':
 			o.bundle = optarg;

@@ -7,12 +7,13 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "runc-wrap.h"
 #include "stasis.h"
 
 const struct command commands[] = {
     {"checkpoint", cmd_checkpoint, "checkpoint a process tree or container into an image",
      "usage: stasis checkpoint PID -D DIR [options]   (alias: dump)\n"
-     "       stasis checkpoint --runtime runc CONTAINER -D DIR [options]\n"
+     "       stasis checkpoint --runtime runc|containerd CONTAINER -D DIR [options]\n"
      "\n"
      "Checkpoint the process tree rooted at PID, GPU state included, into DIR.\n"
      "The tree stops unless --leave-running is given.\n"
@@ -22,7 +23,11 @@ const struct command commands[] = {
      "      --shell-job       the tree was started from a shell (shares its session)\n"
      "      --tcp-established checkpoint established TCP connections\n"
      "  -t, --timeout MS      CUDA lock timeout (default 10000)\n"
-     "      --runtime runc    checkpoint container CONTAINER instead of a PID\n"
+     "      --runtime runc|containerd  checkpoint container CONTAINER instead of a PID\n"
+     "      --namespace NS    containerd's namespace (default $CONTAINERD_NAMESPACE,\n"
+     "                        else 'default')\n"
+     "      --address SOCK    containerd's socket (default $CONTAINERD_ADDRESS, else\n"
+     "                        /run/containerd/containerd.sock)\n"
      "      --thp             transparent huge pages 'always' while it runs (the\n"
      "                        machine's setting is put back afterwards)\n"
      "      --compress        zstd the memory pages on the way to disk; CRIU writes\n"
@@ -39,9 +44,14 @@ const struct command commands[] = {
      "  -D, --images-dir DIR  image directory\n"
      "  -d, --detach          leave the restored tree running; print its PID\n"
      "      --gpu-map MAP     OLD=NEW,... GPUs by UUID or index\n"
-     "      --runtime runc    the image is a container: runc restores it (detached)\n"
-     "      --bundle PATH     the container's bundle (default: the one checkpointed)\n"
+     "      --runtime runc|containerd  the image is a container: its runtime\n"
+     "                        restores it (detached)\n"
+     "      --bundle PATH     runc: the container's bundle (default: the one checkpointed)\n"
      "      --name NEW        restore as container NEW (default: the same id)\n"
+     "      --namespace NS    containerd: restore into namespace NS (default: the\n"
+     "                        image's)\n"
+     "      --address SOCK    containerd's socket (default $CONTAINERD_ADDRESS, else\n"
+     "                        /run/containerd/containerd.sock)\n"
      "      --thp             transparent huge pages 'always' while it runs\n"
      "      --print-stats, --json  print phase timings as JSON on stdout\n"
      "                        (progress goes to stderr only on a terminal without it)\n"},
@@ -183,6 +193,9 @@ int main(int argc, char **argv)
 	/* Run as "cuda-checkpoint" it is NVIDIA's utility, interface and all. */
 	if (strcmp(self, "cuda-checkpoint") == 0)
 		return cmd_cuda_checkpoint(argc, argv);
+	/* Run as containerd's runc for a container it restores. */
+	if (strcmp(self, RUNC_WRAP_NAME) == 0)
+		return runc_wrap_main(argc, argv);
 	if (argc < 2) {
 		print_overview(stderr);
 		return EXIT_USAGE;

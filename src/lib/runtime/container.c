@@ -10,19 +10,16 @@
 #include "progress.h"
 #include "util.h"
 
-int container_describe(const struct target *t, struct manifest *m, const pid_t *pids, size_t n,
-		       struct stasis_error **err)
+int container_describe(const struct target *t, struct manifest *m, const char *spec,
+		       const pid_t *pids, size_t n, struct stasis_error **err)
 {
-	char path[PATH_MAX + 16];
 	int r = 0;
 
 	m->container.runtime = strdup(t->ops->runtime);
 	m->container.id = strdup(t->id);
-	m->container.bundle = strdup(t->bundle);
-	if (t->namespace[0])
-		m->container.namespace = strdup(t->namespace);
-	snprintf(path, sizeof(path), "%s/config.json", t->bundle);
-	m->container.spec = read_file_str(path, NULL);
+	m->container.bundle = t->bundle[0] ? strdup(t->bundle) : NULL;
+	m->container.namespace = t->namespace[0] ? strdup(t->namespace) : NULL;
+	m->container.spec = spec ? strdup(spec) : NULL;
 	for (size_t i = 0; r == 0 && i < n; i++) {
 		r = proc_describe(pids[i], m, err);
 		if (r == 0)

@@ -11,10 +11,10 @@
 #include "manifest.h"
 #include "target.h"
 
-/* m's container (runtime, t's id and bundle, the bundle's config.json)
- * and its processes pids, each with its PID inside the container. */
-int container_describe(const struct target *t, struct manifest *m, const pid_t *pids, size_t n,
-		       struct stasis_error **err);
+/* m's container (runtime, t's id, bundle and namespace, its OCI spec as
+ * JSON text) and its processes pids, each with its PID inside it. */
+int container_describe(const struct target *t, struct manifest *m, const char *spec,
+		       const pid_t *pids, size_t n, struct stasis_error **err);
 
 /* New host PIDs for m's processes among pids (the restored container's),
  * matched by their PIDs inside it. Every CUDA process must be there; the

@@ -61,11 +61,15 @@ static int runc_find(struct target *t, struct stasis_error **err)
 
 static int runc_describe(struct target *t, struct manifest *m, struct stasis_error **err)
 {
+	char config[PATH_MAX + 16];
 	_cleanup_free_ pid_t *pids = NULL;
+	_cleanup_free_ char *spec = NULL;
 	size_t n = 0;
 	int r = container_processes(t->root, &pids, &n, err);
 
-	return r < 0 ? r : container_describe(t, m, pids, n, err);
+	snprintf(config, sizeof(config), "%s/config.json", t->bundle);
+	spec = read_file_str(config, NULL);
+	return r < 0 ? r : container_describe(t, m, spec, pids, n, err);
 }
 
 static int runc_dump(struct target *t, struct manifest *m, struct stasis_error **err)
@@ -77,7 +81,7 @@ static int runc_dump(struct target *t, struct manifest *m, struct stasis_error *
 		return stasis_error_set(err, EIO, STASIS_DOMAIN_CRIU, 0,
 					"runc checkpoint failed: injected fault");
 	progress_begin("runc checkpoint of %zu process%s", m->nprocs, m->nprocs == 1 ? "" : "es");
-	r = runc_checkpoint(t->id, t->images, t->images, t->checkpoint->leave_running, err);
+	r = runc_checkpoint(NULL, t->id, t->images, t->images, t->checkpoint->leave_running, err);
 	progress_end();
 	manifest_add_phase(m, "runc_checkpoint", now_usec() - start);
 	return r;

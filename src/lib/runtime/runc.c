@@ -13,7 +13,7 @@
 #include "proc.h"
 #include "util.h"
 
-static const char *runc_binary(void)
+const char *runc_binary(void)
 {
 	const char *env = getenv("STASIS_RUNC");
 
@@ -115,19 +115,25 @@ static int runc_failure(struct stasis_error **err, const char *what, const char 
 	return stasis_error_hint(err, "logs: %s, %s", log, criu_log);
 }
 
-/* runc COMMAND ARGS... with its JSON log and CRIU's log in work. The
- * container keeps the stdio runc had: /dev/null. */
-static int run_criu_command(const char *command, const char *criu_log_name, const char *id,
-			    const char *work, const char *const *args, struct stasis_error **err)
+/* runc [--root ROOT] COMMAND ARGS... with its JSON log and CRIU's log in
+ * work. The container keeps the stdio runc had: /dev/null. */
+static int run_criu_command(const char *root, const char *command, const char *criu_log_name,
+			    const char *id, const char *work, const char *const *args,
+			    struct stasis_error **err)
 {
 	char log[PATH_MAX + 16], criu_log[PATH_MAX + 16];
-	const char *argv[32] = {runc_binary(), "--log",	 log,		"--log-format",
-				"json",	       "--criu", criu_binary(), command};
-	size_t n = 8;
+	const char *argv[32] = {runc_binary(), "--log",	 log,	       "--log-format",
+				"json",	       "--criu", criu_binary()};
+	size_t n = 7;
 	int r = criu_require(err);
 
 	if (r < 0)
 		return r;
+	if (root) {
+		argv[n++] = "--root";
+		argv[n++] = root;
+	}
+	argv[n++] = command;
 	while (*args && n < ARRAY_SIZE(argv) - 1)
 		argv[n++] = *args++;
 	argv[n] = NULL;
@@ -139,8 +145,8 @@ static int run_criu_command(const char *command, const char *criu_log_name, cons
 	return r == 0 ? 0 : runc_failure(err, command, id, log, criu_log);
 }
 
-int runc_checkpoint(const char *id, const char *images, const char *work, bool leave_running,
-		    struct stasis_error **err)
+int runc_checkpoint(const char *root, const char *id, const char *images, const char *work,
+		    bool leave_running, struct stasis_error **err)
 {
 	const char *args[] = {"--image-path",
 			      images,
@@ -151,7 +157,7 @@ int runc_checkpoint(const char *id, const char *images, const char *work, bool l
 			      leave_running ? id : NULL,
 			      NULL};
 
-	return run_criu_command("checkpoint", "dump.log", id, work, args, err);
+	return run_criu_command(root, "checkpoint", "dump.log", id, work, args, err);
 }
 
 int runc_restore(const char *id, const char *bundle, const char *images, const char *work,
@@ -160,7 +166,7 @@ int runc_restore(const char *id, const char *bundle, const char *images, const c
 	const char *args[] = {"--detach", "--image-path", images, "--work-path", work, "--bundle",
 			      bundle,	  "--file-locks", id,	  NULL};
 
-	return run_criu_command("restore", "restore.log", id, work, args, err);
+	return run_criu_command(NULL, "restore", "restore.log", id, work, args, err);
 }
 
 void runc_destroy(const char *id)

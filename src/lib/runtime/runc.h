@@ -16,7 +16,10 @@ struct runc_container {
 	char bundle[PATH_MAX];
 };
 
-/* $STASIS_RUNC or "runc" on PATH; ENOENT "runc not found" otherwise. */
+/* $STASIS_RUNC, else "runc" on PATH. */
+const char *runc_binary(void);
+
+/* runc_binary() answers; ENOENT "runc not found" otherwise. */
 int runc_require(struct stasis_error **err);
 
 /* ENOENT "no container 'ID'" when runc does not know it. */
@@ -26,9 +29,10 @@ int runc_state(const char *id, struct runc_container *c, struct stasis_error **e
 int runc_list(struct runc_container **out, size_t *n, struct stasis_error **err);
 
 /* runc checkpoint into images (CRIU's image folder), with its CRIU and
- * work folder; the container is gone after unless leave_running. */
-int runc_checkpoint(const char *id, const char *images, const char *work, bool leave_running,
-		    struct stasis_error **err);
+ * work folder; the container is gone after unless leave_running. root is
+ * runc's state folder (--root), NULL for runc's own. */
+int runc_checkpoint(const char *root, const char *id, const char *images, const char *work,
+		    bool leave_running, struct stasis_error **err);
 
 /* runc restore --detach from images as container id with bundle. */
 int runc_restore(const char *id, const char *bundle, const char *images, const char *work,

@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-static const struct target_ops *const runtimes[] = {&target_runc};
+static const struct target_ops *const runtimes[] = {&target_runc, &target_containerd};
 
 int target_for_runtime(const char *runtime, const struct target_ops **ops,
 		       struct stasis_error **err)
@@ -55,6 +55,7 @@ void target_restore_names(struct target *t, const struct manifest *m)
 		 o->namespace	? o->namespace
 		 : c->namespace ? c->namespace
 				: "");
+	snprintf(t->address, sizeof(t->address), "%s", o->address ? o->address : "");
 }
 
 void target_list_containers(struct target_container **list, size_t *n)

@@ -88,11 +88,13 @@ struct target {
 	const struct stasis_checkpoint_options *checkpoint;
 	/* At restore, else NULL. */
 	const struct stasis_restore_options *restore;
-	pid_t root;	       /* at checkpoint: the process locked meanwhile */
-	char id[256];	       /* a container's id (the new one at restore) */
-	char bundle[PATH_MAX]; /* a container's bundle */
-	char namespace[128];   /* containerd's namespace */
-	char images[PATH_MAX]; /* CRIU's image folder inside dir */
+	pid_t root;		  /* at checkpoint: the process locked meanwhile */
+	char id[256];		  /* a container's id (the new one at restore) */
+	char bundle[PATH_MAX];	  /* a container's bundle */
+	char namespace[128];	  /* containerd's namespace */
+	char address[PATH_MAX];	  /* containerd's socket */
+	char runc_root[PATH_MAX]; /* runc's state folder under containerd's shim */
+	char images[PATH_MAX];	  /* CRIU's image folder inside dir */
 };
 
 extern const struct target_ops target_tree;

@@ -1,0 +1,292 @@
+/* SPDX-License-Identifier: MIT */
+#include "containerd.h"
+
+#include <errno.h>
+#include <json-c/json.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "exec.h"
+#include "target.h"
+#include "util.h"
+
+#define DEFAULT_ADDRESS "/run/containerd/containerd.sock"
+/* Where containerd's runc shim keeps runc's state unless its runtime
+ * options say otherwise (pkg/process RuncRoot). */
+#define SHIM_RUNC_ROOT "/run/containerd/runc"
+/* The protobuf field of containerd.runc.v1.Options naming runc's state
+ * folder (its root). */
+#define OPTION_ROOT 7
+
+static const char *ctr_binary(void)
+{
+	const char *env = getenv("STASIS_CTR");
+
+	return env && *env ? env : "ctr";
+}
+
+static const char *first_set(const char *a, const char *b, const char *fallback)
+{
+	return a && *a ? a : b && *b ? b : fallback;
+}
+
+void containerd_client(struct containerd *c, const char *address, const char *namespace)
+{
+	snprintf(c->address, sizeof(c->address), "%s",
+		 first_set(address, getenv("CONTAINERD_ADDRESS"), DEFAULT_ADDRESS));
+	snprintf(c->namespace, sizeof(c->namespace), "%s",
+		 first_set(namespace, getenv("CONTAINERD_NAMESPACE"), "default"));
+}
+
+/* ctr ARGS... against c's socket and namespace; out as exec_run's. */
+static int ctr(const struct containerd *c, const char *const *args, char **out)
+{
+	const char *argv[24] = {ctr_binary(), "--address",	   c->address, "--namespace",
+				c->namespace, "--connect-timeout", "3s"};
+	size_t n = 7;
+
+	while (*args && n < ARRAY_SIZE(argv) - 1)
+		argv[n++] = *args++;
+	argv[n] = NULL;
+	return exec_run(argv, out);
+}
+
+int containerd_require(const struct containerd *c, struct stasis_error **err)
+{
+	const char *version[] = {"version", NULL};
+	_cleanup_free_ char *out = NULL;
+	int r = ctr(c, version, &out);
+
+	if (r == 0)
+		return 0;
+	if (r == -ENOENT || r == 127) {
+		stasis_error_set(err, ENOENT, STASIS_DOMAIN_USAGE, 0, "ctr not found (%s)",
+				 ctr_binary());
+		return stasis_error_hint(err, "install containerd, or set STASIS_CTR to its ctr");
+	}
+	stasis_error_set(err, ECONNREFUSED, STASIS_DOMAIN_USAGE, 0,
+			 "containerd does not answer at %s", c->address);
+	return stasis_error_hint(err, "start containerd, or give its socket with --address "
+				      "(or CONTAINERD_ADDRESS)");
+}
+
+/* "TASK PID STATUS" lines of ctr task ls: id's task, if it has one. */
+static void task_of(const struct containerd *c, const char *id, struct containerd_container *out)
+{
+	const char *ls[] = {"task", "ls", NULL};
+	_cleanup_free_ char *text = NULL;
+	char *save = NULL;
+
+	snprintf(out->status, sizeof(out->status), "created");
+	out->pid = 0;
+	if (ctr(c, ls, &text) != 0 || !text)
+		return;
+	for (char *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+		char task[256], status[32];
+		int pid;
+
+		if (sscanf(line, "%255s %d %31s", task, &pid, status) != 3 || strcmp(task, id) != 0)
+			continue;
+		out->pid = pid;
+		for (char *s = status; *s; s++)
+			*s = (char)(*s >= 'A' && *s <= 'Z' ? *s - 'A' + 'a' : *s);
+		snprintf(out->status, sizeof(out->status), "%s", status);
+	}
+}
+
+static int base64_value(char ch)
+{
+	static const char alphabet[] =
+	    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+	const char *p = ch ? strchr(alphabet, ch) : NULL;
+
+	return p ? (int)(p - alphabet) : -1;
+}
+
+/* Decodes base64 text into out (at most len bytes); returns the length. */
+static size_t base64_decode(const char *text, unsigned char *out, size_t len)
+{
+	unsigned int bits = 0, nbits = 0;
+	size_t n = 0;
+
+	for (; *text && n < len; text++) {
+		int v = base64_value(*text);
+
+		if (v < 0)
+			continue;
+		bits = (bits << 6) | (unsigned int)v;
+		nbits += 6;
+		if (nbits >= 8) {
+			nbits -= 8;
+			out[n++] = (unsigned char)(bits >> nbits);
+		}
+	}
+	return n;
+}
+
+/* A string field of the runtime options (a containerd.runc.v1.Options
+ * message, base64 in ctr's JSON); "" when it is not set. Only the
+ * length-delimited fields below 16 that it holds are read. */
+static void runc_option(json_object *info, int field, char *out, size_t len)
+{
+	unsigned char buf[4096];
+	json_object *runtime, *options, *value;
+	size_t n, i = 0;
+
+	out[0] = '\0';
+	if (!json_object_object_get_ex(info, "Runtime", &runtime) ||
+	    !json_object_object_get_ex(runtime, "Options", &options) ||
+	    !json_object_object_get_ex(options, "value", &value))
+		return;
+	n = base64_decode(json_object_get_string(value), buf, sizeof(buf));
+	while (i + 2 <= n) {
+		unsigned int key = buf[i], size = buf[i + 1];
+
+		i += 2;
+		if ((key & 7) == 0) { /* a varint: a bool or number option */
+			i--;
+			while (i < n && (buf[i++] & 0x80))
+				;
+			continue;
+		}
+		if ((key & 7) != 2 || size >= 0x80 || i + size > n)
+			return; /* not an option this reads */
+		if ((int)(key >> 3) == field) {
+			snprintf(out, len, "%.*s", (int)size, (const char *)buf + i);
+			return;
+		}
+		i += size;
+	}
+}
+
+static void copy_string(json_object *o, const char *key, char *out, size_t len)
+{
+	json_object *v;
+
+	snprintf(out, len, "%s",
+		 json_object_object_get_ex(o, key, &v) ? json_object_get_string(v) : "");
+}
+
+int containerd_container(const struct containerd *c, const char *id,
+			 struct containerd_container *out, struct stasis_error **err)
+{
+	const char *info[] = {"containers", "info", id, NULL};
+	_cleanup_free_ char *text = NULL;
+	json_object *o = NULL, *spec;
+
+	memset(out, 0, sizeof(*out));
+	if (ctr(c, info, &text) == 0)
+		o = json_tokener_parse(text);
+	if (!o) {
+		stasis_error_set(err, ENOENT, STASIS_DOMAIN_USAGE, 0,
+				 "no container '%s' in containerd's namespace '%s'", id,
+				 c->namespace);
+		return stasis_error_hint(err, "'ctr -n %s containers ls' shows its containers",
+					 c->namespace);
+	}
+	snprintf(out->id, sizeof(out->id), "%s", id);
+	copy_string(o, "Image", out->image, sizeof(out->image));
+	copy_string(o, "SnapshotKey", out->snapshot, sizeof(out->snapshot));
+	runc_option(o, OPTION_ROOT, out->runc_root, sizeof(out->runc_root));
+	if (!out->runc_root[0])
+		snprintf(out->runc_root, sizeof(out->runc_root), SHIM_RUNC_ROOT "/%s",
+			 c->namespace);
+	if (json_object_object_get_ex(o, "Spec", &spec))
+		out->spec = strdup(json_object_to_json_string_ext(
+		    spec, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE));
+	json_object_put(o);
+	task_of(c, id, out);
+	return 0;
+}
+
+static int append(struct target_container **list, size_t *n, const char *namespace,
+		  const struct containerd_container *cc)
+{
+	struct target_container *bigger = realloc(*list, (*n + 1) * sizeof(**list));
+	struct target_container *t;
+
+	if (!bigger)
+		return -ENOMEM;
+	*list = bigger;
+	t = &bigger[(*n)++];
+	memset(t, 0, sizeof(*t));
+	t->runtime = "containerd";
+	t->pid = cc->pid;
+	snprintf(t->namespace, sizeof(t->namespace), "%s", namespace);
+	snprintf(t->id, sizeof(t->id), "%s", cc->id);
+	snprintf(t->status, sizeof(t->status), "%s", cc->status);
+	snprintf(t->image, sizeof(t->image), "%s", cc->image);
+	return 0;
+}
+
+/* Every container of c's namespace. */
+static int list_namespace(const struct containerd *c, struct target_container **list, size_t *n)
+{
+	const char *ls[] = {"containers", "ls", "-q", NULL};
+	_cleanup_free_ char *ids = NULL;
+	char *save = NULL;
+	int found = 0;
+
+	if (ctr(c, ls, &ids) != 0 || !ids)
+		return 0;
+	for (char *id = strtok_r(ids, "\n", &save); id; id = strtok_r(NULL, "\n", &save)) {
+		struct containerd_container cc;
+
+		if (containerd_container(c, strip_trailing(id), &cc, NULL) < 0)
+			continue;
+		free(cc.spec);
+		if (append(list, n, c->namespace, &cc) < 0)
+			return -ENOMEM;
+		found++;
+	}
+	return found;
+}
+
+int containerd_list(const struct containerd *c, struct target_container **list, size_t *n)
+{
+	const char *ls[] = {"namespaces", "ls", "-q", NULL};
+	_cleanup_free_ char *names = NULL;
+	char *save = NULL;
+	int found = 0;
+
+	if (ctr(c, ls, &names) != 0 || !names)
+		return 0;
+	for (char *ns = strtok_r(names, "\n", &save); ns; ns = strtok_r(NULL, "\n", &save)) {
+		struct containerd in_ns = *c;
+		int r;
+
+		snprintf(in_ns.namespace, sizeof(in_ns.namespace), "%s", strip_trailing(ns));
+		r = list_namespace(&in_ns, list, n);
+		if (r < 0)
+			return r;
+		found += r;
+	}
+	return found;
+}
+
+void containerd_remove(const struct containerd *c, const char *id)
+{
+	const char *kill[] = {"tasks", "kill", "--signal", "SIGKILL", id, NULL};
+	const char *del[] = {"tasks", "delete", "--force", id, NULL};
+	const char *rm[] = {"containers", "delete", id, NULL};
+
+	ctr(c, kill, NULL);
+	ctr(c, del, NULL);
+	ctr(c, rm, NULL);
+}
+
+int containerd_run(const struct containerd *c, const char *id, const char *spec_file,
+		   const char *runc_binary, struct stasis_error **err)
+{
+	const char *run[] = {"run",	      "--detach",  "--null-io",
+			     "--runc-binary", runc_binary, "--config",
+			     spec_file,	      id,	   NULL};
+	_cleanup_free_ char *out = NULL;
+
+	if (ctr(c, run, &out) == 0)
+		return 0;
+	return stasis_error_set(err, EIO, STASIS_DOMAIN_CRIU, 0,
+				"containerd could not start '%s' from the image: %s", id,
+				out && *last_line(out) ? last_line(out) : "ctr run failed");
+}

@@ -1,0 +1,175 @@
+/* SPDX-License-Identifier: MIT */
+#include "runc-wrap.h"
+
+#include <errno.h>
+#include <libgen.h>
+#include <limits.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "criu-rpc.h"
+#include "runc.h"
+#include "util.h"
+
+#define REQUEST "restore-request"
+#define RESTORED "restored"
+
+int runc_wrap_prepare(const char *dir, const struct runc_wrap_request *req, char *link, size_t len,
+		      struct stasis_error **err)
+{
+	char self[PATH_MAX], text[4 * PATH_MAX + 64];
+	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	int r;
+
+	if (n <= 0)
+		return stasis_error_errno(err, errno, "finding stasis's own binary");
+	self[n] = '\0';
+	if (mkdir_p(dir) < 0)
+		return stasis_error_errno(err, errno, "creating %s", dir);
+	snprintf(link, len, "%s/" RUNC_WRAP_NAME, dir);
+	unlink(link);
+	if (symlink(self, link) < 0)
+		return stasis_error_errno(err, errno, "linking %s", link);
+	snprintf(text, sizeof(text), "%s\n%s\n%s\n%s\n", req->images, req->work, req->plugin_socket,
+		 req->dev_map);
+	r = write_file_atomic(dir, REQUEST, text, strlen(text));
+	return r < 0 ? stasis_error_errno(err, -r, "writing the restore request in %s", dir) : 0;
+}
+
+void runc_wrap_remove(const char *dir)
+{
+	static const char *const names[] = {RUNC_WRAP_NAME, REQUEST, RESTORED, "config.json"};
+	char path[PATH_MAX + 32];
+
+	for (size_t i = 0; i < ARRAY_SIZE(names); i++) {
+		snprintf(path, sizeof(path), "%s/%s", dir, names[i]);
+		unlink(path);
+	}
+	rmdir(dir);
+}
+
+/* The request's lines, in place: images, work, socket, device map. */
+static bool read_request(char *text, char *lines[4])
+{
+	/* strsep keeps the empty lines an unset value leaves. */
+	for (int i = 0; i < 4; i++) {
+		lines[i] = strsep(&text, "\n");
+		if (!lines[i])
+			lines[i] = (char *)"";
+	}
+	return lines[0][0] && lines[1][0];
+}
+
+/* runc's global options that take a value, up to its command. */
+static bool takes_value(const char *flag)
+{
+	static const char *const flags[] = {"--root", "--log", "--log-format", "--criu",
+					    "--rootless"};
+
+	for (size_t i = 0; i < ARRAY_SIZE(flags); i++)
+		if (strcmp(flag, flags[i]) == 0)
+			return true;
+	return false;
+}
+
+/* Runs argv with this process's stdio, which runc hands to the container. */
+static int run_with_stdio(char **argv)
+{
+	int status;
+	pid_t pid = fork();
+
+	if (pid < 0)
+		return 1;
+	if (pid == 0) {
+		execvp(argv[0], argv);
+		_exit(127);
+	}
+	while (waitpid(pid, &status, 0) < 0)
+		if (errno != EINTR)
+			return 1;
+	return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+/* "runc GLOBALS create [options] ID" becomes "runc GLOBALS restore
+ * --detach ... ID" for the image of the request; create's options that
+ * restore does not take are dropped. */
+static int restore_instead(char **argv, int command, int argc, char *request[4], const char *dir)
+{
+	char **out = calloc((size_t)argc + 16, sizeof(*out));
+	char done[PATH_MAX + 32], path[PATH_MAX + 32];
+	int n = 0, r;
+
+	if (!out)
+		return 1;
+	out[n++] = (char *)runc_binary();
+	out[n++] = (char *)"--criu";
+	out[n++] = (char *)criu_binary();
+	for (int i = 1; i < command; i++)
+		out[n++] = argv[i];
+	out[n++] = (char *)"restore";
+	for (int i = command + 1; i < argc - 1; i++) {
+		if (strcmp(argv[i], "--no-new-keyring") == 0)
+			continue;
+		if (strcmp(argv[i], "--preserve-fds") == 0) {
+			i++;
+			continue;
+		}
+		out[n++] = argv[i];
+	}
+	char *fixed[] = {"--detach", "--no-subreaper", "--file-locks", "--image-path",
+			 request[0], "--work-path",    request[1],     argv[argc - 1]};
+	for (size_t i = 0; i < ARRAY_SIZE(fixed); i++)
+		out[n++] = fixed[i];
+	out[n] = NULL;
+	setenv("STASIS_PLUGIN_SOCKET", request[2], 1);
+	setenv("STASIS_NVIDIA_DEV_MAP", request[3], 1);
+	criu_require(NULL); /* CRIU's plugins and environment */
+	mkdir_p(request[1]);
+	r = run_with_stdio(out);
+	free(out);
+	snprintf(path, sizeof(path), "%s/" REQUEST, dir);
+	snprintf(done, sizeof(done), "%s/" RESTORED, dir);
+	if (r == 0)
+		rename(path, done);
+	else
+		unlink(path);
+	return r;
+}
+
+int runc_wrap_main(int argc, char **argv)
+{
+	char self[PATH_MAX], here[PATH_MAX], path[PATH_MAX + 32], *request[4];
+	_cleanup_free_ char *text = NULL;
+	char **out;
+	int command = 1;
+
+	snprintf(self, sizeof(self), "%s", argv[0]);
+	snprintf(here, sizeof(here), "%s", dirname(self));
+	while (command < argc && argv[command][0] == '-')
+		command += takes_value(argv[command]) ? 2 : 1;
+	if (command < argc - 1 && strcmp(argv[command], "create") == 0) {
+		snprintf(path, sizeof(path), "%s/" REQUEST, here);
+		text = read_file_str(path, NULL);
+		if (text && read_request(text, request))
+			return restore_instead(argv, command, argc, request, here);
+	}
+	if (command < argc && strcmp(argv[command], "start") == 0) {
+		snprintf(path, sizeof(path), "%s/" RESTORED, here);
+		if (unlink(path) == 0)
+			return 0; /* restored: it runs already */
+	}
+	out = calloc((size_t)argc + 3, sizeof(*out));
+	if (!out)
+		return 1;
+	out[0] = (char *)runc_binary();
+	out[1] = (char *)"--criu";
+	out[2] = (char *)criu_binary();
+	memcpy(out + 3, argv + 1, (size_t)argc * sizeof(*out));
+	execvp(out[0], out);
+	fprintf(stderr, "%s: cannot run %s: %s\n", RUNC_WRAP_NAME, out[0], strerror(errno));
+	return 127;
+}
