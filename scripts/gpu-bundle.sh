@@ -16,6 +16,10 @@ cp "$build/lib/stasis/criu/"*.so "$out/lib/stasis/criu/"
 cp "$build/criu/sbin/criu" "$out/criu/sbin/"
 cp "$build/criu/lib/criu/cuda_plugin.so" "$out/criu/lib/criu/"
 cp "$(command -v runc)" "$out/bin/runc"
+# containerd for the containerd tests, compressed for the carry limit;
+# tests/gpu/run unpacks it into bin/.
+tar -cf - -C "$(dirname "$(command -v containerd)")" containerd ctr containerd-shim-runc-v2 |
+	xz -T0 -6 >"$out/containerd.tar.xz"
 # zstd and zstat: how far the images compress (bench/run).
 cp "$(command -v zstd)" "$out/bin/zstd"
 cc -O2 -o "$out/bench/zstat" "$root/bench/zstat.c" -lzstd
