@@ -43,15 +43,27 @@ containerd_stop() {
 
 containerd_ready() { [ -s "$CTRD/pid" ] && ctr version >/dev/null 2>&1 || containerd_start; }
 
-# Every container of the namespace gone, containerd stopped, the cgroups
-# runc leaves behind removed (called from cleanup).
+# Every container of namespace NS (default: the tests') gone, with the
+# runc links stasis made for them.
+ctrd_remove_all() {
+	local ns=${1:-$CTRD_NS}
+	for id in $(ctr -n "$ns" containers ls -q 2>/dev/null); do
+		ctr -n "$ns" tasks kill -s SIGKILL "$id" >/dev/null 2>&1
+		for _ in $(seq 50); do ctr -n "$ns" tasks ls | grep -q "^$id .*RUNNING" || break; sleep 0.05; done
+		ctr -n "$ns" tasks delete -f "$id" >/dev/null 2>&1
+		ctr -n "$ns" containers delete "$id" >/dev/null 2>&1
+	done
+	rm -rf "${STASIS_RUN_DIR:?}/containerd/$ns"
+	rmdir "$STASIS_RUN_DIR/containerd" 2>/dev/null
+	return 0
+}
+
+# Every container gone, containerd stopped, the cgroups runc leaves behind
+# removed (called from cleanup).
 containerd_cleanup() {
 	[ -d "$CTRD" ] || return 0
-	for id in $(ctrd containers ls -q 2>/dev/null); do
-		ctrd tasks kill -s SIGKILL "$id" >/dev/null 2>&1
-		ctrd tasks delete -f "$id" >/dev/null 2>&1
-		ctrd containers delete "$id" >/dev/null 2>&1
-	done
+	ctrd_remove_all
+	ctrd_remove_all "$CTRD_NS-b"
 	containerd_stop
 	for cg in /sys/fs/cgroup/*/"$CTRD_NS" /sys/fs/cgroup/"$CTRD_NS"; do
 		[ -d "$cg" ] && find "$cg" -depth -type d -exec rmdir {} + 2>/dev/null
@@ -105,6 +117,7 @@ test_containerd_checkpoint_restore() {
 	# Again from the same image, under another name.
 	"$STASIS" restore --runtime containerd -D "$d/img" --name "$id-2" >/dev/null || return 1
 	ctrd_task "$id-2" | grep -q RUNNING || { fail "$id-2: $(ctrd tasks ls)"; return 1; }
+	ctrd_remove_all
 }
 
 # --leave-running, then containerd restarted before a restore under a new
@@ -123,10 +136,7 @@ test_containerd_leave_running_restart() {
 	"$STASIS" restore --runtime containerd --namespace "$CTRD_NS-b" -D "$d/img" --name "$id-b" >/dev/null || return 1
 	ctr -n "$CTRD_NS-b" tasks ls | grep -q "^$id-b .*RUNNING" || { fail "$(ctr -n "$CTRD_NS-b" tasks ls)"; return 1; }
 	wait_counter "$d/r" $((at + 20)) || { fail "the restored container does not count"; return 1; }
-	ctr -n "$CTRD_NS-b" tasks kill -s SIGKILL "$id-b"
-	sleep 0.2
-	ctr -n "$CTRD_NS-b" tasks delete "$id-b" >/dev/null 2>&1
-	ctr -n "$CTRD_NS-b" containers delete "$id-b"
+	ctrd_remove_all "$CTRD_NS-b"
 }
 
 test_containerd_bad_input() {
@@ -148,7 +158,10 @@ test_containerd_bad_input() {
 	STASIS_FAULT=manifest "$STASIS" checkpoint --runtime containerd --namespace "$CTRD_NS" "$id" -D "$d/fm" 2>"$d/err" && { fail "manifest fault: succeeded"; return 1; }
 	grep -q "was restored from the image just written" "$d/err" || { fail "$(cat "$d/err")"; return 1; }
 	ctrd_task "$id" | grep -q RUNNING || { fail "manifest fault: not running: $(ctrd tasks ls)"; return 1; }
+	[ -L "$STASIS_RUN_DIR/containerd/$CTRD_NS/$id/stasis-runc" ] || { fail "no runc link for the recovered container"; return 1; }
 	"$STASIS" checkpoint --runtime containerd --namespace "$CTRD_NS" "$id" -D "$d/img" || return 1
+	# The checkpoint removed the runc link of the container it saved.
+	[ ! -e "$STASIS_RUN_DIR/containerd" ] || { fail "left: $(find "$STASIS_RUN_DIR/containerd")"; return 1; }
 	# A restore that fails leaves no container behind.
 	STASIS_FAULT=criu-restore "$STASIS" restore --runtime containerd -D "$d/img" 2>/dev/null && { fail "restore fault: succeeded"; return 1; }
 	ctrd containers ls -q | grep -qx "$id" && { fail "a failed restore left a container"; return 1; }
@@ -162,4 +175,5 @@ test_containerd_bad_input() {
 	start_container "stasis-e2e-cd3-$$" "$d/b" || return 1
 	"$STASIS" checkpoint --runtime runc "stasis-e2e-cd3-$$" -D "$d/runc-img" || return 1
 	expect_error "the image holds runc container" "$STASIS" restore --runtime containerd -D "$d/runc-img" || return 1
+	ctrd_remove_all
 }

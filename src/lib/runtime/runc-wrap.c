@@ -49,7 +49,10 @@ void runc_wrap_remove(const char *dir)
 		snprintf(path, sizeof(path), "%s/%s", dir, names[i]);
 		unlink(path);
 	}
-	rmdir(dir);
+	/* Its namespace's folder and the containerd folder too, once empty. */
+	snprintf(path, sizeof(path), "%s", dir);
+	for (int up = 0; up < 3 && rmdir(path) == 0; up++)
+		snprintf(path, sizeof(path), "%s", dirname(path));
 }
 
 /* The request's lines, in place: images, work, socket, device map. */
