@@ -51,8 +51,12 @@ void runc_wrap_remove(const char *dir)
 	}
 	/* Its namespace's folder and the containerd folder too, once empty. */
 	snprintf(path, sizeof(path), "%s", dir);
-	for (int up = 0; up < 3 && rmdir(path) == 0; up++)
-		snprintf(path, sizeof(path), "%s", dirname(path));
+	for (int up = 0; up < 3 && rmdir(path) == 0; up++) {
+		char parent[PATH_MAX + 32];
+
+		snprintf(parent, sizeof(parent), "%s", path);
+		snprintf(path, sizeof(path), "%s", dirname(parent));
+	}
 }
 
 /* The request's lines, in place: images, work, socket, device map. */
