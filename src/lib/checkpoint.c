@@ -85,22 +85,22 @@ void checkpoint_fill_host_facts(struct manifest *m)
 	}
 }
 
-static int preflight_tree(const struct stasis_checkpoint_options *o, struct stasis_error **err)
+int checkpoint_preflight_tree(pid_t pid, bool shell_job, struct stasis_error **err)
 {
-	int r = proc_require(o->pid, err);
+	int r = proc_require(pid, err);
 
 	if (r < 0)
 		return r;
-	if (proc_is_self_or_ancestor(o->pid)) {
+	if (proc_is_self_or_ancestor(pid)) {
 		stasis_error_set(err, EINVAL, STASIS_DOMAIN_USAGE, 0,
-				 "PID %d is stasis itself or one of its parents", (int)o->pid);
+				 "PID %d is stasis itself or one of its parents", (int)pid);
 		return stasis_error_hint(err,
 					 "checkpoint a process that stasis did not start from");
 	}
-	if (!o->shell_job && getsid(o->pid) != o->pid) {
+	if (!shell_job && getsid(pid) != pid) {
 		stasis_error_set(err, EINVAL, STASIS_DOMAIN_USAGE, 0,
-				 "PID %d is not a session leader (its session is %d)", (int)o->pid,
-				 (int)getsid(o->pid));
+				 "PID %d is not a session leader (its session is %d)", (int)pid,
+				 (int)getsid(pid));
 		return stasis_error_hint(err, "start it with setsid, or pass --shell-job");
 	}
 	return 0;
@@ -377,7 +377,7 @@ int stasis_checkpoint(const struct stasis_checkpoint_options *o, struct manifest
 	if (o->runtime) {
 		r = container_checkpoint(o, m, &batch, err);
 	} else {
-		r = preflight_tree(o, err);
+		r = checkpoint_preflight_tree(o->pid, o->shell_job, err);
 		lock_fd = r < 0 ? r : pid_lock(o->pid, err);
 		if (lock_fd >= 0) {
 			r = checkpoint_locked(o, m, &batch, err);
