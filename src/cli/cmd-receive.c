@@ -77,8 +77,9 @@ int cmd_receive(int argc, char **argv)
 	progress_enable(cli_decorate(json));
 	stasis_install_interrupt_handlers();
 	r = stasis_receive(&o, report, &json, &err);
-	/* A failed migration was reported already; setup errors were not. */
-	if (r < 0 && err && !o.once)
+	/* A failed migration was reported already, without err; setup
+	 * errors were not. */
+	if (r < 0 && err)
 		return cli_fail("receive", err);
 	return r < 0 ? EXIT_FAILED : EXIT_OK;
 }

@@ -376,21 +376,24 @@ int stasis_receive(const struct stasis_receive_options *o, stasis_receive_report
 		r = image_pack_preflight(err);
 	if (r == 0)
 		r = tls_listen(o->listen, &lfd, err);
+	/* Each migration is reported, failed or not; only with once does its
+	 * result become this call's. A signal between them ends it cleanly. */
 	while (r == 0) {
 		_cleanup_error_ struct stasis_error *one = NULL;
 		struct tls_channel *ch = NULL;
 
 		r = accept_peer(lfd, &key, &ch, &one);
-		if (r == 0)
-			r = receive_one(o, ch, report, ctx, &one);
-		else if (r != -EINTR)
-			report(ctx, NULL, NULL, one);
-		tls_close(ch);
-		if (o->once || r == -EINTR) {
-			if (err && one)
-				*err = TAKE_PTR(one);
+		if (r == -EINTR) {
+			r = 0;
 			break;
 		}
+		if (r == 0)
+			r = receive_one(o, ch, report, ctx, &one);
+		else
+			report(ctx, NULL, NULL, one);
+		tls_close(ch);
+		if (o->once)
+			break;
 		r = 0;
 	}
 	if (secret)
