@@ -403,6 +403,23 @@ static int migrate_locked(const struct stasis_migrate_options *o, const struct t
 	return r;
 }
 
+/* SIGINT and SIGTERM only set the flag the migration looks at: calls they
+ * interrupt go on (libcriu's exchange with CRIU above all, which fails
+ * otherwise), and the migration stops at its next step, resuming the tree. */
+static void restart_after_signals(void)
+{
+	static const int sigs[] = {SIGINT, SIGTERM};
+
+	for (size_t i = 0; i < ARRAY_SIZE(sigs); i++) {
+		struct sigaction sa;
+
+		if (sigaction(sigs[i], NULL, &sa) == 0 && sa.sa_handler != SIG_DFL) {
+			sa.sa_flags |= SA_RESTART;
+			sigaction(sigs[i], &sa, NULL);
+		}
+	}
+}
+
 int stasis_migrate(const struct stasis_migrate_options *o, struct manifest *m,
 		   struct stasis_migrate_stats *st, struct stasis_error **err)
 {
@@ -415,6 +432,7 @@ int stasis_migrate(const struct stasis_migrate_options *o, struct manifest *m,
 	mig.st = st;
 	mig.err = err;
 	signal(SIGPIPE, SIG_IGN);
+	restart_after_signals();
 	r = stasis_require_root(err);
 	if (r == 0 && o->runtime) {
 		stasis_error_set(err, ENOTSUP, STASIS_DOMAIN_USAGE, 0,
