@@ -3,6 +3,8 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -80,26 +82,44 @@ int wire_split_addr(const char *text, char *host, size_t hostlen, char *port, si
 	return copy_part(port, portlen, colon + 1, strlen(colon + 1));
 }
 
+/* The hint goes with the error; the status is returned even without one. */
+static int key_refused(struct stasis_error **err, int status, const char *hint, const char *fmt,
+		       ...) __attribute__((format(printf, 4, 5)));
+
+static int key_refused(struct stasis_error **err, int status, const char *hint, const char *fmt,
+		       ...)
+{
+	char msg[512];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	stasis_error_set(err, status, STASIS_DOMAIN_USAGE, 0, "%s", msg);
+	stasis_error_hint(err, "%s", hint);
+	return -status;
+}
+
 int wire_key_check(const char *path, mode_t mode, size_t len, struct stasis_error **err)
 {
-	if (!S_ISREG(mode)) {
-		stasis_error_set(err, EINVAL, STASIS_DOMAIN_USAGE, 0,
-				 "key file %s is not a regular file", path);
-		return stasis_error_hint(err, "make one with: head -c 32 /dev/urandom > KEY");
-	}
-	if (mode & 077) {
-		stasis_error_set(err, EPERM, STASIS_DOMAIN_USAGE, 0,
-				 "key file %s is readable by others (mode %04o)", path,
-				 (unsigned int)(mode & 07777));
-		return stasis_error_hint(err, "chmod 600 %s", path);
-	}
-	if (len < WIRE_KEY_MIN || len > WIRE_KEY_MAX) {
-		stasis_error_set(err, EINVAL, STASIS_DOMAIN_USAGE, 0,
-				 "key file %s holds %zu bytes of secret, %s %u", path, len,
-				 len < WIRE_KEY_MIN ? "fewer than" : "more than",
-				 len < WIRE_KEY_MIN ? WIRE_KEY_MIN : WIRE_KEY_MAX);
-		return stasis_error_hint(err, "make one with: head -c 32 /dev/urandom > KEY");
-	}
+	static const char make[] = "make one with: head -c 32 /dev/urandom > KEY; chmod 600 KEY";
+	char chmod_hint[PATH_MAX + 16];
+
+	if (!S_ISREG(mode))
+		return key_refused(err, EINVAL, make, "key file %s is not a regular file", path);
+	snprintf(chmod_hint, sizeof(chmod_hint), "chmod 600 %s", path);
+	if (mode & 077)
+		return key_refused(err, EPERM, chmod_hint,
+				   "key file %s is readable by others (mode %04o)", path,
+				   (unsigned int)(mode & 07777));
+	if (len < WIRE_KEY_MIN)
+		return key_refused(err, EINVAL, make,
+				   "key file %s holds %zu bytes of secret, fewer than %u", path,
+				   len, WIRE_KEY_MIN);
+	if (len > WIRE_KEY_MAX)
+		return key_refused(err, EINVAL, make,
+				   "key file %s holds more than %u bytes of secret", path,
+				   WIRE_KEY_MAX);
 	return 0;
 }
 
@@ -112,10 +132,9 @@ int wire_key_load(const char *path, unsigned char **key, size_t *len, struct sta
 	ssize_t n;
 	int r;
 
-	if (fd < 0 || fstat(fd, &st) < 0) {
-		stasis_error_errno(err, errno, "key file %s: %s", path, strerror(errno));
-		return stasis_error_hint(err, "give the same key file to both ends");
-	}
+	if (fd < 0 || fstat(fd, &st) < 0)
+		return key_refused(err, errno, "give the same key file to both ends",
+				   "key file %s: %s", path, strerror(errno));
 	if (!buf)
 		return stasis_error_errno(err, ENOMEM, "out of memory");
 	while (S_ISREG(st.st_mode) && got <= WIRE_KEY_MAX &&
