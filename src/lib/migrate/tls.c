@@ -131,6 +131,22 @@ static int handshake(struct tls_channel *ch, bool server, struct stasis_error **
 	return r < 0 ? auth_failed(ch, r, server, err) : 0;
 }
 
+/* The handshake on a connected ch, which goes to *out, or is freed. */
+static int authenticate(struct tls_channel *ch, bool server, struct tls_channel **out,
+			struct stasis_error **err)
+{
+	int r;
+
+	tune_socket(ch->fd);
+	r = handshake(ch, server, err);
+	if (r < 0) {
+		channel_free(ch);
+		return r;
+	}
+	*out = ch;
+	return 0;
+}
+
 static int connect_timed(int fd, const struct addrinfo *ai)
 {
 	struct pollfd p = {.fd = fd, .events = POLLOUT};
@@ -198,14 +214,7 @@ int tls_connect(const char *addr, const struct tls_key *key, struct tls_channel 
 		return stasis_error_hint(err, "start 'stasis receive --listen' there first");
 	}
 	fcntl(ch->fd, F_SETFL, 0);
-	tune_socket(ch->fd);
-	r = handshake(ch, false, err);
-	if (r < 0) {
-		channel_free(ch);
-		return r;
-	}
-	*out = ch;
-	return 0;
+	return authenticate(ch, false, out, err);
 }
 
 int tls_listen(const char *addr, int *fd_out, struct stasis_error **err)
@@ -257,14 +266,7 @@ int tls_accept(int lfd, const struct tls_key *key, int timeout_ms, struct tls_ch
 	getnameinfo((struct sockaddr *)&sa, salen, host, sizeof(host), port, sizeof(port),
 		    NI_NUMERICHOST | NI_NUMERICSERV);
 	snprintf(ch->peer, sizeof(ch->peer), "%s:%s", host, port);
-	tune_socket(ch->fd);
-	r = handshake(ch, true, err);
-	if (r < 0) {
-		channel_free(ch);
-		return r;
-	}
-	*out = ch;
-	return 0;
+	return authenticate(ch, true, out, err);
 }
 
 static int io_error(ssize_t r)
