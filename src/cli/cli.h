@@ -39,6 +39,8 @@ bool cli_decorate(bool json);
 
 int cmd_checkpoint(int argc, char **argv);
 int cmd_restore(int argc, char **argv);
+int cmd_migrate(int argc, char **argv);
+int cmd_receive(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);
 int cmd_demo(int argc, char **argv);
 int cmd_check(int argc, char **argv);

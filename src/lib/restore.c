@@ -31,7 +31,7 @@
  * reaped yet: give them a bounded moment. */
 #define PID_FREE_WAIT_MS 5000
 
-static int wait_pids_free(const struct manifest *m, struct stasis_error **err)
+int restore_wait_pids_free(const struct manifest *m, struct stasis_error **err)
 {
 	for (int waited = 0;; waited += 20) {
 		const struct manifest_process *taken = NULL;
@@ -201,7 +201,7 @@ static int restore_target(struct target *t, struct manifest *m, struct image_ver
 		lock_fd = pid_lock(manifest_root(m)->pid, err);
 		if (lock_fd < 0)
 			return lock_fd;
-		r = wait_pids_free(m, err);
+		r = restore_wait_pids_free(m, err);
 	}
 	manifest_add_phase(m, "preflight", now_usec() - start);
 	if (r == 0)

@@ -10,6 +10,10 @@
 #include "image.h"
 #include "manifest.h"
 
+/* PID names a live process that is not stasis or its parent, and leads
+ * its session unless shell_job: what CRIU's dump of a tree needs. */
+int checkpoint_preflight_tree(pid_t pid, bool shell_job, struct stasis_error **err);
+
 /* stasis version, time, host name and kernel into m. */
 void checkpoint_fill_host_facts(struct manifest *m);
 
@@ -41,6 +45,9 @@ int checkpoint_seal_image(const char *dir, struct manifest *m, struct image_foll
 
 /* EINTR naming step when SIGINT or SIGTERM arrived (fault simulates one). */
 int checkpoint_check_interrupted(const char *fault, const char *step, struct stasis_error **err);
+
+/* Every PID of m is free, waiting a moment for zombies and orphans. */
+int restore_wait_pids_free(const struct manifest *m, struct stasis_error **err);
 
 /* Driver, GPUs and the GPU map for a restore of m, before anything runs;
  * once they pass, cuInit starts in the background (cuda_load_begin). */

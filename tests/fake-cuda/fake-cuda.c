@@ -48,9 +48,38 @@ static int hang_ms(const char *call)
 	return spec && strstr(spec, call) ? 1 : 0;
 }
 
+/* The fake driver knows a process by its PID inside its own PID namespace,
+ * as the fake worker registers itself (getpid()): the host's PID outside
+ * one, and the same PID again after a migration into a new namespace. */
+static int state_pid(int pid)
+{
+	char path[64], line[256];
+	int last = pid;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", pid);
+	f = fopen(path, "r");
+	while (f && fgets(line, sizeof(line), f)) {
+		char *end;
+
+		if (strncmp(line, "NSpid:", 6) != 0)
+			continue;
+		for (char *q = line + 6;; q = end) {
+			long v = strtol(q, &end, 10);
+
+			if (end == q)
+				break;
+			last = (int)v;
+		}
+	}
+	if (f)
+		fclose(f);
+	return last > 0 ? last : pid;
+}
+
 static int read_state(int pid, CUprocessState *state)
 {
-	int v = fake_state_read(pid);
+	int v = fake_state_read(state_pid(pid));
 
 	if (v < 0)
 		return -1;
@@ -83,7 +112,7 @@ static CUresult transition(const char *call, int pid, CUprocessState from, CUpro
 		return r;
 	if (state != from)
 		return CUDA_ERROR_ILLEGAL_STATE;
-	fake_state_write(pid, (int)to);
+	fake_state_write(state_pid(pid), (int)to);
 	return CUDA_SUCCESS;
 }
 
@@ -193,7 +222,7 @@ static void record_hold(int pid)
 	}
 	if (tasks)
 		closedir(tasks);
-	fake_state_path(pid, path, sizeof(path));
+	fake_state_path(state_pid(pid), path, sizeof(path));
 	strcat(path, ".held");
 	f = fopen(path, "w");
 	if (f) {

@@ -3,6 +3,7 @@
 
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -18,11 +19,34 @@ static struct {
 	pthread_t thread;
 	pthread_mutex_t lock;
 	pthread_cond_t wake;
+	atomic_uint_fast64_t bytes; /* moved in this phase, when counted */
 } progress = {.lock = PTHREAD_MUTEX_INITIALIZER, .wake = PTHREAD_COND_INITIALIZER};
 
 void progress_enable(bool on)
 {
 	progress.enabled = on;
+}
+
+/* "what... 1.2 s", with the bytes moved and their rate when counted. */
+static void show_line(const char *sep)
+{
+	double secs = (double)(now_usec() - progress.start) / 1e6;
+	uint64_t bytes = atomic_load(&progress.bytes);
+	char moved[32], rate[32];
+
+	if (!bytes) {
+		fprintf(stderr, "\r\033[Kstasis: %s%s %.1f s", progress.what, sep, secs);
+		return;
+	}
+	format_bytes(bytes, moved, sizeof(moved));
+	format_bytes(secs > 0 ? (uint64_t)((double)bytes / secs) : 0, rate, sizeof(rate));
+	fprintf(stderr, "\r\033[Kstasis: %s%s %s, %s/s, %.1f s", progress.what, sep, moved, rate,
+		secs);
+}
+
+void progress_add_bytes(uint64_t n)
+{
+	atomic_fetch_add(&progress.bytes, n);
 }
 
 static void *show(void *arg)
@@ -37,8 +61,7 @@ static void *show(void *arg)
 		deadline_in_usec(&ts, (uint64_t)wait_ms * 1000u);
 		if (pthread_cond_timedwait(&progress.wake, &progress.lock, &ts) == 0)
 			continue; /* woken: stop is set, or spurious */
-		fprintf(stderr, "\r\033[Kstasis: %s... %.1f s", progress.what,
-			(double)(now_usec() - progress.start) / 1e6);
+		show_line("...");
 		fflush(stderr);
 		progress.shown = true;
 		wait_ms = TICK_MS;
@@ -57,6 +80,7 @@ void progress_begin(const char *fmt, ...)
 	vsnprintf(progress.what, sizeof(progress.what), fmt, ap);
 	va_end(ap);
 	progress.start = now_usec();
+	atomic_store(&progress.bytes, 0);
 	progress.stop = progress.shown = false;
 	progress.running = pthread_create(&progress.thread, NULL, show, NULL) == 0;
 }
@@ -71,7 +95,8 @@ void progress_end(void)
 	pthread_mutex_unlock(&progress.lock);
 	pthread_join(progress.thread, NULL);
 	progress.running = false;
-	if (progress.shown)
-		fprintf(stderr, "\r\033[Kstasis: %s: %.1f s\n", progress.what,
-			(double)(now_usec() - progress.start) / 1e6);
+	if (progress.shown) {
+		show_line(":");
+		fputc('\n', stderr);
+	}
 }

@@ -17,9 +17,8 @@
 #include "target.h"
 #include "util.h"
 
-static int tree_find(struct target *t, struct stasis_error **err)
+int checkpoint_preflight_tree(pid_t pid, bool shell_job, struct stasis_error **err)
 {
-	pid_t pid = t->checkpoint->pid;
 	int r = proc_require(pid, err);
 
 	if (r < 0)
@@ -30,14 +29,22 @@ static int tree_find(struct target *t, struct stasis_error **err)
 		return stasis_error_hint(err,
 					 "checkpoint a process that stasis did not start from");
 	}
-	if (!t->checkpoint->shell_job && getsid(pid) != pid) {
+	if (!shell_job && getsid(pid) != pid) {
 		stasis_error_set(err, EINVAL, STASIS_DOMAIN_USAGE, 0,
 				 "PID %d is not a session leader (its session is %d)", (int)pid,
 				 (int)getsid(pid));
 		return stasis_error_hint(err, "start it with setsid, or pass --shell-job");
 	}
-	t->root = pid;
 	return 0;
+}
+
+static int tree_find(struct target *t, struct stasis_error **err)
+{
+	int r = checkpoint_preflight_tree(t->checkpoint->pid, t->checkpoint->shell_job, err);
+
+	if (r == 0)
+		t->root = t->checkpoint->pid;
+	return r;
 }
 
 static int tree_describe(struct target *t, struct manifest *m, struct stasis_error **err)

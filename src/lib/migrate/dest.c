@@ -1,0 +1,402 @@
+/* SPDX-License-Identifier: MIT */
+/* stasis receive, the destination: for each connection, the TLS handshake
+ * (a peer without the key goes before a message is read), the preflight
+ * on the source's HELLO (CRIU, driver, GPUs and their placement, memory,
+ * PIDs) before a byte of the image is sent, the image into a staging
+ * folder in memory as it comes, every checksum against the source's
+ * manifest, CRIU's restore with the GPU restore inside it, RESTORED, and
+ * the source's COMMIT. Without COMMIT the restored copy is killed: the
+ * source's runs on. */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/statvfs.h>
+
+#include "criu-rpc.h"
+#include "fault.h"
+#include "gpu-handoff.h"
+#include "image-pack.h"
+#include "lock.h"
+#include "message.h"
+#include "migrate.h"
+#include "plugin-channel.h"
+#include "preflight.h"
+#include "progress.h"
+#include "stasis.h"
+#include "steps.h"
+#include "stream.h"
+#include "util.h"
+
+#define WHO "the source"
+#define HELLO_TIMEOUT_MS 30000
+#define COMMIT_TIMEOUT_MS 60000
+#define ACCEPT_STEP_MS 500
+
+/* One migration being received. */
+struct receipt {
+	const struct stasis_receive_options *o;
+	struct tls_channel *ch;
+	struct manifest m;
+	struct gpu_plan plan;
+	bool pidns; /* the tree is its own PID namespace: new PIDs outside it */
+	int lock_fd;
+	char stage[PATH_MAX];
+	int stagefd;
+	struct stream_in *in;
+	unsigned char *buf;
+	pid_t root;
+	uint64_t preflight_us, receive_us, verify_us;
+	struct stasis_migrate_stats st;
+};
+
+/* The staging folder takes the image, and the machine takes it twice
+ * while CRIU restores from it. */
+static int preflight_memory(uint64_t estimate, struct stasis_error **err)
+{
+	const char *root = image_stage_root();
+	struct statvfs sv;
+	char need[32], have[32];
+
+	if (statvfs(root, &sv) < 0)
+		return stasis_error_errno(err, errno, "staging folder %s: %s", root,
+					  strerror(errno));
+	if ((uint64_t)sv.f_bavail * sv.f_frsize < estimate) {
+		stasis_error_set(
+		    err, ENOSPC, STASIS_DOMAIN_USAGE, 0,
+		    "the staging folder %s has %s free, the image needs about %s", root,
+		    format_bytes((uint64_t)sv.f_bavail * sv.f_frsize, have, sizeof(have)),
+		    format_bytes(estimate, need, sizeof(need)));
+		return stasis_error_hint(err, "set STASIS_STAGE_DIR to a roomier tmpfs folder");
+	}
+	return preflight_host_memory_fits(2 * estimate, preflight_mem_available(),
+					  "this machine (the image is staged in memory "
+					  "while CRIU restores it)",
+					  err);
+}
+
+static int preflight(struct receipt *rc, uint64_t estimate, struct stasis_error **err)
+{
+	const char *map = rc->o->gpu_map && strcmp(rc->o->gpu_map, "auto") ? rc->o->gpu_map : NULL;
+	int r = criu_version(err);
+
+	if (r >= 0)
+		r = preflight_memory(estimate, err);
+	if (r == 0)
+		r = restore_gpu_preflight(&rc->m, map, &rc->plan, err);
+	rc->pidns = rc->m.nprocs && manifest_root(&rc->m)->ns_pid == 1;
+	if (r < 0 || rc->pidns)
+		return r;
+	/* The same PIDs as there: they must be free here. */
+	rc->lock_fd = pid_lock(manifest_root(&rc->m)->pid, err);
+	if (rc->lock_fd < 0)
+		return rc->lock_fd;
+	return restore_wait_pids_free(&rc->m, err);
+}
+
+static const char *placement(const struct receipt *rc)
+{
+	if (!manifest_cuda_count(&rc->m))
+		return "no GPU state";
+	return rc->plan.notes[0] ? rc->plan.notes : "each GPU onto itself";
+}
+
+/* HELLO: the tree and what it needs; READY once all of it is here. */
+static int answer_hello(struct receipt *rc, struct stasis_error **err)
+{
+	json_object *hello, *man = NULL, *est = NULL, *ready;
+	struct wire_header h;
+	uint64_t start = now_usec();
+	int r = msg_recv(rc->ch, WHO, HELLO_TIMEOUT_MS, &h, rc->buf, err);
+
+	if (r == 0 && h.type != WIRE_HELLO)
+		return msg_unexpected(WHO, &h, err);
+	if (r < 0)
+		return r;
+	hello = msg_json(rc->buf, h.len);
+	if (!json_object_object_get_ex(hello, "manifest", &man) ||
+	    !json_object_object_get_ex(hello, "estimate", &est))
+		r = stasis_error_set(err, EPROTO, STASIS_DOMAIN_SYSTEM, 0,
+				     "%s sent no tree to migrate", WHO);
+	if (r == 0)
+		r = manifest_from_json(json_object_to_json_string(man), &rc->m, err);
+	if (r == 0)
+		r = preflight(rc, json_object_get_uint64(est), err);
+	json_object_put(hello);
+	rc->preflight_us = now_usec() - start;
+	if (r < 0)
+		return r;
+	ready = json_object_new_object();
+	json_object_object_add(ready, "gpus", json_object_new_string(placement(rc)));
+	snprintf(rc->st.gpus, sizeof(rc->st.gpus), "%s", placement(rc));
+	r = msg_send_json(rc->ch, WIRE_READY, ready);
+	return r < 0 ? stasis_error_set(err, EPIPE, STASIS_DOMAIN_SYSTEM, -r,
+					"%s closed the connection", WHO)
+		     : 0;
+}
+
+static int make_stage(struct receipt *rc, struct stasis_error **err)
+{
+	int r = 0;
+
+	snprintf(rc->stage, sizeof(rc->stage), "%s/stasis-receive-XXXXXX", image_stage_root());
+	if (!mkdtemp(rc->stage)) {
+		r = -errno;
+		rc->stage[0] = '\0';
+	}
+	if (r == 0 && (rc->stagefd = open(rc->stage, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
+		r = -errno;
+	if (r == 0)
+		r = stream_in_new(rc->stagefd, &rc->in);
+	if (r < 0) {
+		stasis_error_errno(err, -r, "staging the image in %s: %s", image_stage_root(),
+				   strerror(-r));
+		return stasis_error_hint(err, "set STASIS_STAGE_DIR to a writable tmpfs folder");
+	}
+	return 0;
+}
+
+/* The final manifest replaces the source's first one; the phases from
+ * here on are this side's. */
+static int take_manifest(struct receipt *rc, const struct wire_header *h, struct stasis_error **err)
+{
+	_cleanup_free_ char *text = strndup((const char *)rc->buf, h->len);
+	uint64_t start = now_usec();
+	int r;
+
+	if (!text)
+		return stasis_error_errno(err, ENOMEM, "out of memory");
+	manifest_free(&rc->m);
+	manifest_init(&rc->m);
+	r = manifest_from_json(text, &rc->m, err);
+	if (r == 0)
+		r = stream_in_verify(rc->in, &rc->m, err);
+	rc->verify_us = now_usec() - start;
+	rc->m.nphases = 0;
+	return r;
+}
+
+/* FILE and DATA until MANIFEST. */
+static int receive_image(struct receipt *rc, struct stasis_error **err)
+{
+	uint64_t start = now_usec();
+	struct wire_header h;
+	int r = make_stage(rc, err);
+
+	progress_begin("receiving the image from %s", tls_peer(rc->ch));
+	while (r == 0) {
+		r = msg_recv(rc->ch, WHO, -1, &h, rc->buf, err);
+		if (r < 0)
+			break;
+		rc->st.wire_bytes += WIRE_HEADER_LEN + h.len;
+		if (h.type == WIRE_MANIFEST)
+			break;
+		if (h.type != WIRE_FILE && h.type != WIRE_DATA)
+			r = msg_unexpected(WHO, &h, err);
+		else
+			r = stream_in_take(rc->in, &h, rc->buf, err);
+		if (r == 0 && h.type == WIRE_DATA && fault_at("receive-slow", 0))
+			usleep(50000);
+	}
+	progress_end();
+	rc->receive_us = now_usec() - start;
+	if (r < 0)
+		return stasis_error_wrap(err, "receiving the image");
+	rc->st.raw_bytes = stream_in_bytes(rc->in);
+	return take_manifest(rc, &h, err);
+}
+
+static void kill_restored(struct receipt *rc)
+{
+	if (rc->root > 0)
+		kill(rc->root, SIGKILL); /* a PID namespace's init takes it all */
+	for (size_t i = 0; i < rc->m.nprocs && !rc->pidns; i++)
+		kill(rc->m.procs[i].pid, SIGKILL);
+}
+
+/* CRIU's restore from the staging folder with the GPU restore inside it;
+ * a failure kills what was restored. */
+static int restore(struct receipt *rc, struct stasis_error **err)
+{
+	_cleanup_error_ struct stasis_error *gpu_err = NULL;
+	struct criu_restore_request req = {
+	    .images_dir = rc->stage,
+	    .work_dir = rc->stage,
+	    .log_file = "restore.log",
+	    .detach = true,
+	};
+	struct gpu_handoff handoff;
+	uint64_t start = now_usec();
+	int r, served;
+
+	if (fault_at("criu-restore", 0))
+		return stasis_error_set(err, EIO, STASIS_DOMAIN_CRIU, 0,
+					"criu restore failed: injected fault");
+	r = gpu_handoff_restore_begin(&handoff, &rc->m, &rc->plan, rc->pidns, err);
+	if (r < 0)
+		return r;
+	progress_begin("CRIU restore of %zu process%s", rc->m.nprocs,
+		       rc->m.nprocs == 1 ? "" : "es");
+	r = criu_run_restore(&req, &rc->root, err);
+	progress_end();
+	served = gpu_handoff_end(&handoff, &gpu_err);
+	manifest_add_phase(&rc->m, "criu_restore", now_usec() - start);
+	if (r == 0 && !(served == 0 && rc->pidns && manifest_cuda_count(&rc->m)))
+		r = restore_finish_gpus(&rc->m, &rc->plan, served, &gpu_err, err);
+	else if (r == 0)
+		r = stasis_error_set(err, EIO, STASIS_DOMAIN_CUDA, 0,
+				     "CRIU's restore never asked for the GPU restore");
+	if (r < 0) {
+		kill_restored(rc);
+		return stasis_error_wrap(err, "restore failed; the half-restored tree was killed");
+	}
+	return 0;
+}
+
+/* RESTORED, then the source's COMMIT; without it the copy here goes. */
+static int handoff(struct receipt *rc, struct stasis_error **err)
+{
+	json_object *o = json_object_new_object();
+	struct wire_header h;
+	int r;
+
+	json_object_object_add(o, "pid", json_object_new_int(rc->root));
+	json_object_object_add(o, "gpus", json_object_new_string(placement(rc)));
+	r = msg_send_json(rc->ch, WIRE_RESTORED, o);
+	if (r < 0)
+		r = stasis_error_set(err, EPIPE, STASIS_DOMAIN_SYSTEM, -r,
+				     "%s closed the connection", WHO);
+	if (r == 0)
+		r = msg_recv(rc->ch, WHO, COMMIT_TIMEOUT_MS, &h, rc->buf, err);
+	if (r == 0 && h.type != WIRE_COMMIT)
+		r = msg_unexpected(WHO, &h, err);
+	if (r < 0) {
+		kill_restored(rc);
+		stasis_error_wrap(err, "no handoff");
+		return stasis_error_hint(err, "the restored copy was killed; the source resumes "
+					      "its own");
+	}
+	return 0;
+}
+
+static int receive_steps(struct receipt *rc, struct stasis_error **err)
+{
+	uint64_t start = now_usec();
+	int r = answer_hello(rc, err);
+
+	if (r == 0)
+		r = receive_image(rc, err);
+	manifest_add_phase(&rc->m, "preflight", rc->preflight_us);
+	manifest_add_phase(&rc->m, "receive", rc->receive_us);
+	manifest_add_phase(&rc->m, "verify", rc->verify_us);
+	if (r == 0)
+		r = restore(rc, err);
+	/* CRIU is done with the image: its memory goes before the GPU work
+	 * that comes, and before anything else can fail. */
+	if (rc->stage[0])
+		remove_flat_dir(rc->stage);
+	rc->stage[0] = '\0';
+	if (r == 0)
+		r = handoff(rc, err);
+	manifest_add_phase(&rc->m, "total", now_usec() - start);
+	rc->st.restored_pid = r == 0 ? rc->root : 0;
+	return r;
+}
+
+static int receive_one(const struct stasis_receive_options *o, struct tls_channel *ch,
+		       stasis_receive_report_fn report, void *ctx, struct stasis_error **err)
+{
+	struct receipt rc = {.o = o, .ch = ch, .lock_fd = -1, .stagefd = -1};
+	int r;
+
+	manifest_init(&rc.m);
+	snprintf(rc.st.peer, sizeof(rc.st.peer), "%s", tls_peer(ch));
+	rc.buf = malloc(WIRE_MAX_PAYLOAD);
+	r = rc.buf ? receive_steps(&rc, err) : stasis_error_errno(err, ENOMEM, "out of memory");
+	if (r < 0)
+		msg_send_refuse(ch, *err);
+	if (rc.lock_fd >= 0)
+		pid_unlock(manifest_root(&rc.m)->pid, rc.lock_fd);
+	if (rc.stage[0])
+		remove_flat_dir(rc.stage);
+	if (rc.stagefd >= 0)
+		close(rc.stagefd);
+	stream_in_free(rc.in);
+	free(rc.buf);
+	if (r < 0)
+		stasis_error_wrap(err, "migration from %s", rc.st.peer);
+	report(ctx, &rc.m, &rc.st, r < 0 ? *err : NULL);
+	manifest_free(&rc.m);
+	return r;
+}
+
+/* The next peer that has the key; SIGINT/SIGTERM stop the wait. */
+static int accept_peer(int lfd, const struct tls_key *key, struct tls_channel **ch,
+		       struct stasis_error **err)
+{
+	int r;
+
+	do {
+		if (stasis_interrupted())
+			return stasis_error_set(err, EINTR, STASIS_DOMAIN_SYSTEM, EINTR,
+						"interrupted by a signal");
+		r = tls_accept(lfd, key, ACCEPT_STEP_MS, ch, err);
+	} while (r == -ETIMEDOUT || r == -EINTR);
+	return r;
+}
+
+/* The variables stasis's CRIU plugin reads, made before any thread
+ * starts (see restore.c). */
+static void reserve_plugin_environment(void)
+{
+	setenv("STASIS_NVIDIA_DEV_MAP", "", 1);
+	setenv("STASIS_PLUGIN_SOCKET", "", 1);
+}
+
+int stasis_receive(const struct stasis_receive_options *o, stasis_receive_report_fn report,
+		   void *ctx, struct stasis_error **err)
+{
+	_cleanup_free_ unsigned char *secret = NULL;
+	_cleanup_close_ int lfd = -1;
+	struct tls_key key = {0};
+	int r;
+
+	reserve_plugin_environment();
+	signal(SIGPIPE, SIG_IGN);
+	r = stasis_require_root(err);
+	if (r == 0)
+		r = wire_key_load(o->key_file, &secret, &key.len, err);
+	key.data = secret;
+	if (r == 0)
+		r = criu_version(err);
+	if (r >= 0)
+		r = image_pack_preflight(err);
+	if (r == 0)
+		r = tls_listen(o->listen, &lfd, err);
+	/* Each migration is reported, failed or not; only with once does its
+	 * result become this call's. A signal between them ends it cleanly. */
+	while (r == 0) {
+		_cleanup_error_ struct stasis_error *one = NULL;
+		struct tls_channel *ch = NULL;
+
+		r = accept_peer(lfd, &key, &ch, &one);
+		if (r == -EINTR) {
+			r = 0;
+			break;
+		}
+		if (r == 0)
+			r = receive_one(o, ch, report, ctx, &one);
+		else
+			report(ctx, NULL, NULL, one);
+		tls_close(ch);
+		if (o->once)
+			break;
+		r = 0;
+	}
+	if (secret)
+		explicit_bzero(secret, key.len);
+	return r;
+}

@@ -1,0 +1,367 @@
+/* SPDX-License-Identifier: MIT */
+#include "tls.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <gnutls/gnutls.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "util.h"
+
+/* PSK with (EC)DHE: the key proves the peer, the exchange gives forward
+ * secrecy; nothing else is offered. */
+#define TLS_PRIORITY "SECURE128:-VERS-ALL:+VERS-TLS1.3:+VERS-TLS1.2:-KX-ALL:+ECDHE-PSK:+DHE-PSK"
+#define TLS_IDENTITY "stasis-migrate"
+#define HANDSHAKE_MS 15000
+#define CONNECT_MS 10000
+
+struct tls_channel {
+	int fd;
+	gnutls_session_t session;
+	gnutls_psk_client_credentials_t client;
+	gnutls_psk_server_credentials_t server;
+	const struct tls_key *key;
+	char peer[128];
+};
+
+static void channel_free(struct tls_channel *ch)
+{
+	if (!ch)
+		return;
+	if (ch->session)
+		gnutls_deinit(ch->session);
+	if (ch->client)
+		gnutls_psk_free_client_credentials(ch->client);
+	if (ch->server)
+		gnutls_psk_free_server_credentials(ch->server);
+	if (ch->fd >= 0)
+		close(ch->fd);
+	free(ch);
+}
+
+void tls_close(struct tls_channel *ch)
+{
+	if (ch && ch->session)
+		gnutls_bye(ch->session, GNUTLS_SHUT_WR);
+	channel_free(ch);
+}
+
+const char *tls_peer(const struct tls_channel *ch)
+{
+	return ch->peer;
+}
+
+/* A peer that vanishes without a word is noticed within about 25 s. */
+static void tune_socket(int fd)
+{
+	int on = 1, idle = 10, intvl = 5, cnt = 3;
+
+	setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof(on));
+	setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
+	setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl));
+	setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt));
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof(on));
+}
+
+static int server_key(gnutls_session_t s, const char *username, gnutls_datum_t *out)
+{
+	const struct tls_key *key = gnutls_session_get_ptr(s);
+
+	if (!key || strcmp(username, TLS_IDENTITY) != 0)
+		return -1;
+	out->data = gnutls_malloc(key->len);
+	if (!out->data)
+		return -1;
+	memcpy(out->data, key->data, key->len);
+	out->size = (unsigned int)key->len;
+	return 0;
+}
+
+static int auth_failed(struct tls_channel *ch, int r, bool server, struct stasis_error **err)
+{
+	stasis_error_set(err, EACCES, STASIS_DOMAIN_SYSTEM, r, "TLS handshake with %s failed: %s",
+			 ch->peer, gnutls_strerror(r));
+	if (server)
+		return stasis_error_hint(err, "the peer was refused before it could send "
+					      "anything; both ends need the same key file");
+	return stasis_error_hint(err, "both ends need the same key file; is a stasis "
+				      "receive listening there?");
+}
+
+/* The session on ch->fd, with the PSK credentials, and its handshake. */
+static int handshake(struct tls_channel *ch, bool server, struct stasis_error **err)
+{
+	gnutls_datum_t k = {.data = ch->key->data, .size = (unsigned int)ch->key->len};
+	int r;
+
+	r = gnutls_init(&ch->session, (server ? GNUTLS_SERVER : GNUTLS_CLIENT) | GNUTLS_NO_SIGNAL);
+	if (r == 0 && server) {
+		r = gnutls_psk_allocate_server_credentials(&ch->server);
+		if (r == 0)
+			gnutls_psk_set_server_credentials_function(ch->server, server_key);
+		if (r == 0)
+			r = gnutls_credentials_set(ch->session, GNUTLS_CRD_PSK, ch->server);
+		gnutls_session_set_ptr(ch->session, (void *)ch->key);
+	} else if (r == 0) {
+		r = gnutls_psk_allocate_client_credentials(&ch->client);
+		if (r == 0)
+			r = gnutls_psk_set_client_credentials(ch->client, TLS_IDENTITY, &k,
+							      GNUTLS_PSK_KEY_RAW);
+		if (r == 0)
+			r = gnutls_credentials_set(ch->session, GNUTLS_CRD_PSK, ch->client);
+	}
+	if (r == 0)
+		r = gnutls_priority_set_direct(ch->session, TLS_PRIORITY, NULL);
+	if (r < 0)
+		return stasis_error_set(err, EIO, STASIS_DOMAIN_SYSTEM, r, "TLS setup: %s",
+					gnutls_strerror(r));
+	gnutls_transport_set_int(ch->session, ch->fd);
+	gnutls_handshake_set_timeout(ch->session, HANDSHAKE_MS);
+	do
+		r = gnutls_handshake(ch->session);
+	while (r < 0 && !gnutls_error_is_fatal(r));
+	return r < 0 ? auth_failed(ch, r, server, err) : 0;
+}
+
+/* The handshake on a connected ch, which goes to *out, or is freed. */
+static int authenticate(struct tls_channel *ch, bool server, struct tls_channel **out,
+			struct stasis_error **err)
+{
+	int r;
+
+	tune_socket(ch->fd);
+	r = handshake(ch, server, err);
+	if (r < 0) {
+		channel_free(ch);
+		return r;
+	}
+	*out = ch;
+	return 0;
+}
+
+static int connect_timed(int fd, const struct addrinfo *ai)
+{
+	struct pollfd p = {.fd = fd, .events = POLLOUT};
+	socklen_t len = sizeof(int);
+	int e = 0;
+
+	if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0)
+		return 0;
+	if (errno != EINPROGRESS)
+		return -errno;
+	if (poll(&p, 1, CONNECT_MS) <= 0)
+		return -ETIMEDOUT;
+	getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &len);
+	return -e;
+}
+
+static int resolve(const char *addr, bool passive, struct addrinfo **res, struct stasis_error **err)
+{
+	struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = passive ? AI_PASSIVE : 0};
+	char host[256], port[16];
+	int r;
+
+	if (wire_split_addr(addr, host, sizeof(host), port, sizeof(port)) < 0) {
+		stasis_error_set(err, EINVAL, STASIS_DOMAIN_USAGE, 0,
+				 "'%s' is not an address: expected HOST:PORT", addr);
+		return stasis_error_hint(err, "write it as 10.0.0.2:7070 or [fd00::2]:7070");
+	}
+	r = getaddrinfo(host, port, &hints, res);
+	if (r != 0) {
+		stasis_error_set(err, EHOSTUNREACH, STASIS_DOMAIN_USAGE, r, "cannot resolve %s: %s",
+				 host, gai_strerror(r));
+		return stasis_error_hint(err, "check the host name");
+	}
+	return 0;
+}
+
+int tls_connect(const char *addr, const struct tls_key *key, struct tls_channel **out,
+		struct stasis_error **err)
+{
+	struct addrinfo *res = NULL;
+	struct tls_channel *ch;
+	int r = resolve(addr, false, &res, err);
+
+	if (r < 0)
+		return r;
+	ch = calloc(1, sizeof(*ch));
+	if (!ch) {
+		freeaddrinfo(res);
+		return stasis_error_errno(err, ENOMEM, "out of memory");
+	}
+	ch->key = key;
+	snprintf(ch->peer, sizeof(ch->peer), "%s", addr);
+	r = -EHOSTUNREACH;
+	for (struct addrinfo *ai = res; ai && r < 0; ai = ai->ai_next) {
+		ch->fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+		r = ch->fd < 0 ? -errno : connect_timed(ch->fd, ai);
+		if (r < 0 && ch->fd >= 0)
+			close(ch->fd);
+	}
+	freeaddrinfo(res);
+	if (r < 0) {
+		ch->fd = -1;
+		channel_free(ch);
+		stasis_error_errno(err, -r, "cannot connect to %s: %s", addr, strerror(-r));
+		return stasis_error_hint(err, "start 'stasis receive --listen' there first");
+	}
+	fcntl(ch->fd, F_SETFL, 0);
+	return authenticate(ch, false, out, err);
+}
+
+int tls_listen(const char *addr, int *fd_out, struct stasis_error **err)
+{
+	struct addrinfo *res = NULL;
+	int r = resolve(addr, true, &res, err), fd = -1, on = 1;
+
+	if (r < 0)
+		return r;
+	fd = socket(res->ai_family, res->ai_socktype | SOCK_CLOEXEC, 0);
+	if (fd >= 0)
+		setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on));
+	if (fd < 0 || bind(fd, res->ai_addr, res->ai_addrlen) < 0 || listen(fd, 4) < 0) {
+		r = -errno;
+		freeaddrinfo(res);
+		if (fd >= 0)
+			close(fd);
+		stasis_error_errno(err, -r, "cannot listen on %s: %s", addr, strerror(-r));
+		return stasis_error_hint(err, "use an address of this host and a free port");
+	}
+	freeaddrinfo(res);
+	*fd_out = fd;
+	return 0;
+}
+
+int tls_accept(int lfd, const struct tls_key *key, int timeout_ms, struct tls_channel **out,
+	       struct stasis_error **err)
+{
+	struct pollfd p = {.fd = lfd, .events = POLLIN};
+	struct sockaddr_storage sa;
+	socklen_t salen = sizeof(sa);
+	char host[96] = "?", port[16] = "?";
+	struct tls_channel *ch;
+	int r;
+
+	r = poll(&p, 1, timeout_ms);
+	if (r <= 0)
+		return r == 0 ? -ETIMEDOUT : -errno;
+	ch = calloc(1, sizeof(*ch));
+	if (!ch)
+		return stasis_error_errno(err, ENOMEM, "out of memory");
+	ch->key = key;
+	ch->fd = accept4(lfd, (struct sockaddr *)&sa, &salen, SOCK_CLOEXEC);
+	if (ch->fd < 0) {
+		r = -errno;
+		channel_free(ch);
+		return stasis_error_errno(err, -r, "accept: %s", strerror(-r));
+	}
+	getnameinfo((struct sockaddr *)&sa, salen, host, sizeof(host), port, sizeof(port),
+		    NI_NUMERICHOST | NI_NUMERICSERV);
+	snprintf(ch->peer, sizeof(ch->peer), "%s:%s", host, port);
+	return authenticate(ch, true, out, err);
+}
+
+static int io_error(ssize_t r)
+{
+	if (r == GNUTLS_E_INTERRUPTED)
+		return -EINTR;
+	if (r == GNUTLS_E_PREMATURE_TERMINATION || r == GNUTLS_E_PUSH_ERROR ||
+	    r == GNUTLS_E_PULL_ERROR || r == 0)
+		return -EPIPE;
+	return -EPROTO;
+}
+
+static int send_all(struct tls_channel *ch, const unsigned char *p, size_t len)
+{
+	while (len) {
+		ssize_t n = gnutls_record_send(ch->session, p, len);
+
+		if (n == GNUTLS_E_AGAIN)
+			continue;
+		if (n <= 0)
+			return io_error(n);
+		p += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+int tls_send2(struct tls_channel *ch, uint8_t type, uint8_t flags, const void *head, size_t headlen,
+	      const void *body, size_t bodylen)
+{
+	unsigned char hdr[WIRE_HEADER_LEN];
+	struct wire_header h = {.type = type, .flags = flags, .len = (uint32_t)(headlen + bodylen)};
+	int r;
+
+	if (headlen + bodylen > WIRE_MAX_PAYLOAD)
+		return -EMSGSIZE;
+	wire_header_encode(&h, hdr);
+	gnutls_record_cork(ch->session);
+	r = send_all(ch, hdr, sizeof(hdr));
+	if (r == 0 && headlen)
+		r = send_all(ch, head, headlen);
+	if (r == 0 && bodylen)
+		r = send_all(ch, body, bodylen);
+	if (r == 0) {
+		do
+			r = gnutls_record_uncork(ch->session, GNUTLS_RECORD_WAIT);
+		while (r == GNUTLS_E_AGAIN);
+		r = r < 0 ? io_error(r) : 0;
+	}
+	return r;
+}
+
+int tls_send(struct tls_channel *ch, uint8_t type, uint8_t flags, const void *payload, size_t len)
+{
+	return tls_send2(ch, type, flags, payload, len, NULL, 0);
+}
+
+int tls_wait(struct tls_channel *ch, int ms)
+{
+	struct pollfd p = {.fd = ch->fd, .events = POLLIN};
+	int r;
+
+	if (gnutls_record_check_pending(ch->session))
+		return 1;
+	r = poll(&p, 1, ms);
+	if (r < 0)
+		return -errno;
+	return r > 0;
+}
+
+static int recv_all(struct tls_channel *ch, unsigned char *p, size_t len)
+{
+	while (len) {
+		ssize_t n = gnutls_record_recv(ch->session, p, len);
+
+		if (n == GNUTLS_E_AGAIN || n == GNUTLS_E_INTERRUPTED)
+			continue;
+		if (n <= 0)
+			return io_error(n);
+		p += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+int tls_recv(struct tls_channel *ch, struct wire_header *h, unsigned char *buf, size_t cap)
+{
+	unsigned char hdr[WIRE_HEADER_LEN];
+	int r = recv_all(ch, hdr, sizeof(hdr));
+
+	if (r == 0)
+		r = wire_header_decode(hdr, h);
+	if (r == 0 && h->len > cap)
+		r = -EPROTO;
+	if (r == 0)
+		r = recv_all(ch, buf, h->len);
+	return r;
+}

@@ -1,0 +1,259 @@
+# shellcheck shell=bash
+# Migration between two hosts, sourced by run.
+
+# ---- Migration between two hosts: two network namespaces on a veth pair ----
+
+# mig_hosts NAME: network namespaces $SRC_NS (10.77.N.1) and $DST_NS
+# (10.77.N.2) joined by a veth pair, entered with nsenter --net (ip netns
+# exec would add a mount namespace, which CRIU would have to dump); $DST is the receiver's address, $KEY a
+# key file, $STAGE the staging folder in memory (STASIS_STAGE_DIR).
+mig_hosts() {
+	local n=$(( ($$ + ${#1} + RANDOM) % 200 + 20 ))
+	SRC_NS="stasis-$1-s$$" DST_NS="stasis-$1-d$$"
+	echo "$SRC_NS" >>"$TMP/netns"
+	echo "$DST_NS" >>"$TMP/netns"
+	ip netns add "$SRC_NS" && ip netns add "$DST_NS" || return 1
+	ip link add "vs$n-$$" netns "$SRC_NS" type veth peer name "vd$n-$$" netns "$DST_NS" || return 1
+	ip -n "$SRC_NS" addr add "10.77.$n.1/24" dev "vs$n-$$"
+	ip -n "$DST_NS" addr add "10.77.$n.2/24" dev "vd$n-$$"
+	ip -n "$SRC_NS" link set "vs$n-$$" up && ip -n "$DST_NS" link set "vd$n-$$" up || return 1
+	ip -n "$SRC_NS" link set lo up && ip -n "$DST_NS" link set lo up
+	DST="10.77.$n.2:7070"
+	KEY="$TMP/$1.key"
+	head -c 48 /dev/urandom >"$KEY" && chmod 600 "$KEY"
+	STAGE=$(mktemp -d /dev/shm/stasis-e2e-XXXXXX)
+	echo "$STAGE" >>"$TMP/stages"
+	export STASIS_STAGE_DIR="$STAGE"
+}
+
+mig_unhosts() {
+	ip netns del "$SRC_NS" 2>/dev/null
+	ip netns del "$DST_NS" 2>/dev/null
+	rm -rf "$STAGE"
+}
+
+# receiver ARGS...: stasis receive --once in the destination, in the
+# background ($receiver), its stdout and stderr in $TMP/recv.out, .err;
+# RECV_ENV="VAR=VALUE ..." its environment.
+receiver() {
+	nsenter --net=/run/netns/"$DST_NS" env ${RECV_ENV:-} "$STASIS" receive --listen "$DST" --key-file "$KEY" --once "$@" \
+		>"$TMP/recv.out" 2>"$TMP/recv.err" &
+	receiver=$!
+	for _ in $(seq 100); do
+		nsenter --net=/run/netns/"$DST_NS" ss -ltn 2>/dev/null | grep -q ":7070 " && return 0
+		sleep 0.05
+	done
+	fail "the receiver does not listen: $(cat "$TMP/recv.err")"
+}
+
+# ns_workload DIR [demo|memory|fake]: the workload in the source, in a PID
+# namespace of its own whose init is its root: sets pid (that init) and
+# holder (unshare, its parent).
+ns_workload() {
+	local kind=${2:-demo}
+	mkdir -p "$1"
+	case "$kind" in
+	demo) set -- "$1" "$STASIS" __demo-workload "$1" 10 ;;
+	memory) set -- "$1" python3 "$(dirname "$0")/memory-workload.py" "$1" ;;
+	fake) set -- "$1" "$WORKER" "$1/w" 4 ;;
+	esac
+	local dir=$1
+	shift
+	nsenter --net=/run/netns/"$SRC_NS" unshare -p -f setsid "$@" </dev/null >/dev/null 2>&1 &
+	holder=$!
+	PIDS+=("$holder")
+	for _ in $(seq 100); do
+		pid=$(awk '{print $1}' /proc/"$holder"/task/"$holder"/children 2>/dev/null)
+		[ -n "$pid" ] && break
+		sleep 0.02
+	done
+	[ -n "$pid" ] || { fail "no workload"; return 1; }
+	[ "$kind" = fake ] && return 0
+	wait_counter "$dir" 10 || { fail "the workload does not count"; return 1; }
+}
+
+# migrate ARGS...: stasis migrate from the source.
+migrate() { nsenter --net=/run/netns/"$SRC_NS" timeout -k 5 120 "$STASIS" migrate "$@"; }
+
+# runs_on DIR: the counter moves.
+runs_on() {
+	local at
+	at=$(counter "$1")
+	wait_counter "$1" $((${at:-0} + 10)) || { fail "the counter stopped at $at"; return 1; }
+}
+
+json_field() { grep -o "\"$1\":[0-9]*" | head -1 | cut -d: -f2; }
+
+test_migrate_tree() {
+	local w="$TMP/m1" pid holder receiver at new
+	mig_hosts m1 || return 1
+	receiver --json || return 1
+	ns_workload "$w" || return 1
+	migrate "$pid" --to "$DST" --key-file "$KEY" --json >"$w/stats" || { fail "migrate: $(cat "$TMP/recv.err")"; return 1; }
+	wait "$receiver" || { fail "receiver: $(cat "$TMP/recv.err")"; return 1; }
+	at=$(counter "$w")
+	new=$(json_field restored_pid <"$TMP/recv.out")
+	[ -n "$new" ] && alive "$new" || { fail "no restored root: $(cat "$TMP/recv.out")"; return 1; }
+	[ "$new" = "$(json_field restored_pid <"$w/stats")" ] || { fail "the two sides name other PIDs"; return 1; }
+	reap "$holder"
+	alive "$pid" && { fail "the source's tree still runs"; return 1; }
+	# The destination's copy carries on from the tick the source stopped at.
+	runs_on "$w" || return 1
+	for f in pause_us wire_bytes raw_bytes; do
+		[ -n "$(json_field $f <"$w/stats")" ] || { fail "migrate --json lacks $f: $(cat "$w/stats")"; return 1; }
+	done
+	grep -q '"criu_dump"' "$w/stats" && grep -q '"criu_restore"' "$TMP/recv.out" || { fail "phases: $(cat "$w/stats" "$TMP/recv.out")"; return 1; }
+	[ -z "$(ls -A "$STAGE")" ] || { fail "left in the staging folder: $(ls -A "$STAGE")"; return 1; }
+	echo "source: $(cat "$w/stats")"
+	echo "destination: $(cat "$TMP/recv.out")"
+	kill -TERM "$new"
+	for _ in $(seq 100); do grep -q "stopped at" "$w/log" && break; sleep 0.05; done
+	grep -q "stopped at" "$w/log" || { fail "no clean stop"; return 1; }
+	log_is_continuous "$w" || return 1
+	mig_unhosts
+}
+
+test_migrate_fake_gpu() {
+	local d="$TMP/m2" pid holder receiver new ns
+	fake_env "$d"
+	mig_hosts m2 || return 1
+	ns_workload "$d" fake || return 1
+	for _ in $(seq 100); do [ "$(ls "$d/cuda" | wc -l)" -ge 5 ] && break; sleep 0.02; done
+	# The fake driver knows them by their PIDs in the namespace.
+	ns=$(ls "$d/cuda" | sort -n | tr '\n' ' ')
+	[ "$(states "$d" $ns)" = "0 0 0 0 0 " ] || { fail "states before: $(states "$d" $ns)"; return 1; }
+	# The destination's restore fails with the source's GPU state parked
+	# in host memory: the source's tree gets it back and runs on.
+	RECV_ENV="STASIS_FAULT=criu-restore" receiver || return 1
+	migrate "$pid" --to "$DST" --key-file "$KEY" 2>"$d/err" && { fail "migrated with a failing GPU restore"; return 1; }
+	wait "$receiver" && { fail "the receiver succeeded"; return 1; }
+	grep -q "runs here again" "$d/err" || { fail "$(cat "$d/err")"; return 1; }
+	[ "$(wc -l <"$d/err")" = 1 ] || { fail "not one line: $(cat "$d/err")"; return 1; }
+	[ "$(states "$d" $ns)" = "0 0 0 0 0 " ] || { fail "after the failure: $(states "$d" $ns)"; return 1; }
+	alive "$pid" || { fail "the source's tree died"; return 1; }
+	echo "restore failing there -> $(cat "$d/err")"
+	# Now for real.
+	receiver --json || return 1
+	migrate "$pid" --to "$DST" --key-file "$KEY" --json >"$d/stats" || { fail "$(cat "$TMP/recv.err")"; return 1; }
+	wait "$receiver" || return 1
+	new=$(json_field restored_pid <"$TMP/recv.out")
+	[ "$(states "$d" $ns)" = "0 0 0 0 0 " ] || { fail "states after: $(states "$d" $ns)"; return 1; }
+	for p in $ns; do
+		grep -q "tracer=[1-9][0-9]* others=stopped" "$d/cuda/$p.held" ||
+			{ fail "GPU restore of $p: $(cat "$d/cuda/$p.held" 2>/dev/null)"; return 1; }
+	done
+	[ "$(grep -o '"lock_us"' "$d/stats" | wc -l)" = 5 ] || { fail "source stats: $(cat "$d/stats")"; return 1; }
+	[ "$(grep -o '"restore_us"' "$TMP/recv.out" | wc -l)" = 5 ] || { fail "destination stats: $(cat "$TMP/recv.out")"; return 1; }
+	reap "$holder"
+	alive "$pid" && { fail "the source's tree still runs"; return 1; }
+	local before after
+	before=$(cat "$d"/w/count-* | sort | head -1)
+	sleep 0.3
+	after=$(cat "$d"/w/count-* | sort | head -1)
+	[ "$after" \> "$before" ] || { fail "the migrated tree does not count"; return 1; }
+	kill -9 "$new"
+	mig_unhosts
+}
+
+# The receiver dies with the pages half sent: the source's tree runs on.
+test_migrate_receiver_killed() {
+	local w="$TMP/m3" pid holder receiver src
+	mig_hosts m3 || return 1
+	RECV_ENV="STASIS_FAULT=receive-slow" receiver || return 1
+	ns_workload "$w" memory || return 1
+	migrate "$pid" --to "$DST" --key-file "$KEY" 2>"$w/err" &
+	src=$!
+	for _ in $(seq 200); do ls "$STAGE"/stasis-receive-*/pages-1.img >/dev/null 2>&1 && break; sleep 0.05; done
+	ls "$STAGE"/stasis-receive-*/pages-1.img >/dev/null 2>&1 || { fail "no pages arrived"; return 1; }
+	kill -9 "$receiver"
+	wait "$src" && { fail "migrate succeeded"; return 1; }
+	grep -q "runs here again" "$w/err" || { fail "$(cat "$w/err")"; return 1; }
+	alive "$pid" || { fail "the source's tree died"; return 1; }
+	runs_on "$w" || return 1
+	# Its memory is what it was.
+	kill -USR1 "$pid"
+	for _ in $(seq 100); do [ -f "$w/check" ] && break; sleep 0.05; done
+	[ "$(cat "$w/check")" = "$(cat "$w/digest")" ] || { fail "memory changed"; return 1; }
+	echo "receiver killed -> $(cat "$w/err")"
+	kill -TERM "$pid"
+	mig_unhosts
+}
+
+# The destination's restore fails: its copy is gone, the source's runs on.
+test_migrate_restore_fails() {
+	local w="$TMP/m4" pid holder receiver
+	mig_hosts m4 || return 1
+	RECV_ENV="STASIS_FAULT=criu-restore" receiver || return 1
+	ns_workload "$w" || return 1
+	migrate "$pid" --to "$DST" --key-file "$KEY" 2>"$w/err" && { fail "migrate succeeded"; return 1; }
+	wait "$receiver" && { fail "the receiver succeeded"; return 1; }
+	grep -q "injected fault.*runs here again" "$w/err" || { fail "$(cat "$w/err")"; return 1; }
+	grep -q "injected fault" "$TMP/recv.err" || { fail "receiver: $(cat "$TMP/recv.err")"; return 1; }
+	alive "$pid" || { fail "the source's tree died"; return 1; }
+	runs_on "$w" || return 1
+	[ -z "$(ls -A "$STAGE")" ] || { fail "left in the staging folder: $(ls -A "$STAGE")"; return 1; }
+	echo "restore failing there -> $(cat "$w/err")"
+	kill -TERM "$pid"
+	reap "$holder"
+	log_is_continuous "$w" || return 1
+	mig_unhosts
+}
+
+# SIGTERM to the source mid-stream: its tree runs on, the destination
+# keeps nothing.
+test_migrate_sigterm() {
+	local w="$TMP/m5" pid holder receiver src
+	mig_hosts m5 || return 1
+	RECV_ENV="STASIS_FAULT=receive-slow" receiver || return 1
+	ns_workload "$w" || return 1
+	# nsenter and env exec: $! is stasis itself.
+	nsenter --net=/run/netns/"$SRC_NS" "$STASIS" migrate "$pid" --to "$DST" --key-file "$KEY" 2>"$w/err" &
+	src=$!
+	for _ in $(seq 200); do ls "$STAGE"/stasis-receive-*/pages-1.img >/dev/null 2>&1 && break; sleep 0.05; done
+	kill -TERM "$src"
+	wait "$src" && { fail "migrate succeeded"; return 1; }
+	grep -q "interrupted.*runs here again" "$w/err" || { fail "$(cat "$w/err")"; return 1; }
+	wait "$receiver" && { fail "the receiver succeeded"; return 1; }
+	alive "$pid" || { fail "the source's tree died"; return 1; }
+	runs_on "$w" || return 1
+	[ -z "$(ls -A "$STAGE")" ] || { fail "left in the staging folder: $(ls -A "$STAGE")"; return 1; }
+	[ "$(pgrep -f "__demo-workload $w " | grep -vxc "$holder")" = 2 ] || { fail "other copies: $(pgrep -fa "__demo-workload $w ")"; return 1; }
+	echo "SIGTERM -> $(cat "$w/err") / $(cat "$TMP/recv.err")"
+	kill -TERM "$pid"
+	reap "$holder"
+	mig_unhosts
+}
+
+# A wrong key is refused at the handshake: no image read, nothing frozen.
+test_migrate_bad_input() {
+	local w="$TMP/m6" pid holder receiver
+	mig_hosts m6 || return 1
+	ns_workload "$w" || return 1
+	head -c 48 /dev/urandom >"$TMP/other.key" && chmod 600 "$TMP/other.key"
+	receiver || return 1
+	expect_error "TLS handshake" nsenter --net=/run/netns/"$SRC_NS" "$STASIS" migrate "$pid" --to "$DST" --key-file "$TMP/other.key" || return 1
+	wait "$receiver" && { fail "the receiver accepted a wrong key"; return 1; }
+	grep -q "TLS handshake.*refused before it could send" "$TMP/recv.err" || { fail "receiver: $(cat "$TMP/recv.err")"; return 1; }
+	[ -z "$(ls -A "$STAGE")" ] || { fail "the receiver staged something"; return 1; }
+	runs_on "$w" || return 1
+	# Key files: too open, too short, missing.
+	cp "$KEY" "$TMP/open.key" && chmod 644 "$TMP/open.key"
+	head -c 16 /dev/urandom >"$TMP/short.key" && chmod 600 "$TMP/short.key"
+	expect_error "readable by others" "$STASIS" migrate "$pid" --to "$DST" --key-file "$TMP/open.key" || return 1
+	expect_error "readable by others" "$STASIS" receive --listen 127.0.0.1:7071 --key-file "$TMP/open.key" --once || return 1
+	expect_error "fewer than 32" "$STASIS" migrate "$pid" --to "$DST" --key-file "$TMP/short.key" || return 1
+	expect_error "key file $TMP/none" "$STASIS" migrate "$pid" --to "$DST" --key-file "$TMP/none" || return 1
+	# No such PID, a bad address, nobody listening.
+	expect_error "no process with PID" "$STASIS" migrate 3999999 --to "$DST" --key-file "$KEY" || return 1
+	expect_error "is not an address" "$STASIS" migrate "$pid" --to nohostport --key-file "$KEY" || return 1
+	expect_error "is not an address" "$STASIS" receive --listen 1.2.3.4 --key-file "$KEY" || return 1
+	expect_error "cannot connect" nsenter --net=/run/netns/"$SRC_NS" "$STASIS" migrate "$pid" --to "$DST" --key-file "$KEY" || return 1
+	"$STASIS" migrate "$pid" 2>/dev/null; [ $? = 2 ] || { fail "usage error is not exit 2"; return 1; }
+	"$STASIS" migrate "$pid" --to "$DST" --key-file "$KEY" --compress maybe 2>/dev/null; [ $? = 2 ] || { fail "--compress maybe is not a usage error"; return 1; }
+	# Nothing changed.
+	runs_on "$w" || return 1
+	[ -z "$(ls -A "$STASIS_RUN_DIR" | grep -vx hw-breakpoints)" ] || { fail "left in the run dir: $(ls -A "$STASIS_RUN_DIR")"; return 1; }
+	kill -TERM "$pid"
+	reap "$holder"
+	mig_unhosts
+}
