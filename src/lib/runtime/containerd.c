@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "exec.h"
 #include "target.h"
@@ -39,13 +40,21 @@ void containerd_client(struct containerd *c, const char *address, const char *na
 		 first_set(namespace, getenv("CONTAINERD_NAMESPACE"), "default"));
 }
 
-/* ctr ARGS... against c's socket and namespace; out as exec_run's. */
+/* ctr ARGS... against c's socket and namespace; out as exec_run's. Where
+ * no socket is, -ECONNREFUSED at once: ctr would wait out its connect
+ * timeout (stasis ps on a machine without containerd). */
 static int ctr(const struct containerd *c, const char *const *args, char **out)
 {
 	const char *argv[24] = {ctr_binary(), "--address",	   c->address, "--namespace",
 				c->namespace, "--connect-timeout", "3s"};
 	size_t n = 7;
+	const char *socket = c->address;
+	struct stat st;
 
+	if (strncmp(socket, "unix://", 7) == 0)
+		socket += 7;
+	if (stat(socket, &st) < 0 || !S_ISSOCK(st.st_mode))
+		return -ECONNREFUSED;
 	while (*args && n < ARRAY_SIZE(argv) - 1)
 		argv[n++] = *args++;
 	argv[n] = NULL;
