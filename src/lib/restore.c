@@ -186,8 +186,10 @@ static int restore_target(struct target *t, struct manifest *m, struct image_ver
 {
 	struct gpu_plan plan;
 	uint64_t start = now_usec(), gpu_start;
-	int lock_fd = -1, r = t->ops->restore_check(t, m, err);
+	int lock_fd = -1, r = t->ops->restore_check ? t->ops->restore_check(t, m, err) : 0;
 
+	if (r == 0 && criu_version(err) < 0)
+		r = -EIO;
 	if (r < 0)
 		return r;
 	gpu_start = now_usec();

@@ -64,7 +64,8 @@ struct target_ops {
 	 * leave_running. Records its phase in m. */
 	int (*dump)(struct target *t, struct manifest *m, struct stasis_error **err);
 	/* Restore. restore_check: before anything runs (the name free, the
-	 * bundle there, the runtime answering). */
+	 * bundle there, the runtime answering); CRIU is checked after it. May
+	 * be NULL. */
 	int (*restore_check)(struct target *t, const struct manifest *m, struct stasis_error **err);
 	/* Bring the processes back from t->images (verifier is NULL when the
 	 * image was just written); *root their root (or the container's init)

@@ -128,11 +128,6 @@ static int tree_dump(struct target *t, struct manifest *m, struct stasis_error *
 	return post_dump.result < 0 ? post_dump.result : r;
 }
 
-static int tree_restore_check(struct target *t, const struct manifest *m, struct stasis_error **err)
-{
-	return criu_version(err) < 0 ? -EIO : 0;
-}
-
 /* What the post-restore notification needs (CRIU calls back without a
  * user pointer; one stasis run does one restore). */
 static struct {
@@ -233,7 +228,6 @@ const struct target_ops target_tree = {
     .find = tree_find,
     .describe = tree_describe,
     .dump = tree_dump,
-    .restore_check = tree_restore_check,
     .restore = tree_restore,
     .destroy = tree_destroy,
 };
