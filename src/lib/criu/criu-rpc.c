@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/wait.h>
 
 #include "breakpoints.h"
@@ -186,11 +187,15 @@ char *criu_log_errors(const char *log_path, int max_lines)
 	return out;
 }
 
+/* Less room than this where CRIU's log is, and the file system was full. */
+#define LOG_ROOM_MIN (1u << 20)
+
 static int criu_failure(struct stasis_error **err, const char *what, int ret, const char *dir,
 			const char *log_file)
 {
 	char log_path[4096];
 	_cleanup_free_ char *lines = NULL;
+	struct statvfs fs;
 
 	snprintf(log_path, sizeof(log_path), "%s/%s", dir, log_file);
 	if (ret == -ECOMM) {
@@ -206,6 +211,14 @@ static int criu_failure(struct stasis_error **err, const char *what, int ret, co
 		return stasis_error_hint(err, "full log: %s", log_path);
 	}
 	lines = criu_log_errors(log_path, 3);
+	/* On a full file system CRIU's log is cut short too, maybe before
+	 * its cause: the file system says it. */
+	if (statvfs(dir, &fs) == 0 && (uint64_t)fs.f_bavail * fs.f_frsize < LOG_ROOM_MIN) {
+		stasis_error_set(err, ENOSPC, STASIS_DOMAIN_CRIU, ret,
+				 "criu %s failed: No space left on device in %s; its log: %s", what,
+				 dir, lines && *lines ? lines : "(no error lines)");
+		return stasis_error_hint(err, "full log: %s", log_path);
+	}
 	stasis_error_set(err, EIO, STASIS_DOMAIN_CRIU, ret, "criu %s failed: %s", what,
 			 lines && *lines ? lines : "no error lines in its log");
 	return stasis_error_hint(err, "full log: %s", log_path);
