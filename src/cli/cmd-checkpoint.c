@@ -21,6 +21,7 @@ int cmd_checkpoint(int argc, char **argv)
 	    {"address", required_argument, NULL, 'A'},
 	    {"thp", no_argument, NULL, 'H'},
 	    {"compress", no_argument, NULL, 'z'},
+	    {"no-stage", no_argument, NULL, 'S'},
 	    {"print-stats", no_argument, NULL, 'P'},
 	    {"json", no_argument, NULL, 'P'},
 	    {NULL, 0, NULL, 0},
@@ -66,6 +67,9 @@ int cmd_checkpoint(int argc, char **argv)
 			break;
 		case 'z':
 			o.compress = true;
+			break;
+		case 'S':
+			o.no_stage = true;
 			break;
 		case 'P':
 			stats = true;

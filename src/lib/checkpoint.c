@@ -14,6 +14,8 @@
 #include "devfiles.h"
 #include "fault.h"
 #include "gpu.h"
+#include "image-pack.h"
+#include "image-stage.h"
 #include "image.h"
 #include "lock.h"
 #include "mappings.h"
@@ -85,6 +87,14 @@ void checkpoint_fill_host_facts(struct manifest *m)
 	}
 }
 
+static int checkpoint_write_manifest(const char *dir, struct manifest *m, struct stasis_error **err)
+{
+	if (fault_at("manifest", 0))
+		return stasis_error_set(err, ENOSPC, STASIS_DOMAIN_SYSTEM, ENOSPC,
+					"writing the manifest: injected fault");
+	return manifest_write(dir, m, err);
+}
+
 int checkpoint_seal_image(const char *dir, struct manifest *m, struct image_follower *follower,
 			  struct stasis_error **err)
 {
@@ -95,12 +105,50 @@ int checkpoint_seal_image(const char *dir, struct manifest *m, struct image_foll
 	r = image_checksum(dir, m, follower, err);
 	manifest_add_phase(m, "checksum", now_usec() - start);
 	progress_end();
-	if (r == 0 && fault_at("manifest", 0))
-		r = stasis_error_set(err, ENOSPC, STASIS_DOMAIN_SYSTEM, ENOSPC,
-				     "writing the manifest: injected fault");
+	return r < 0 ? r : checkpoint_write_manifest(dir, m, err);
+}
+
+/* A staged image goes to its folder once the workload runs again; it is
+ * complete, with its manifest, only once its pages are on disk. */
+static int checkpoint_seal_staged(struct target *t, struct manifest *m, struct stasis_error **err)
+{
+	uint64_t start = now_usec();
+	int r;
+
+	progress_begin("writing the image from memory to %s", t->dir);
+	r = image_stage_commit(t->stage, t->dir, m, err);
+	manifest_add_phase(m, "stage_write", now_usec() - start);
+	progress_end();
 	if (r == 0)
-		r = manifest_write(dir, m, err);
+		r = checkpoint_write_manifest(t->dir, m, err);
+	if (r < 0)
+		stasis_error_hint(err, "the workload runs on; no image was kept in %s", t->dir);
 	return r;
+}
+
+/* With --leave-running, stage the image in memory where the preflight
+ * finds room for it: the workload then waits for CRIU and the GPU only,
+ * not for the disk. */
+static void checkpoint_pick_stage(struct target *t, struct manifest *m)
+{
+	const struct stasis_checkpoint_options *o = t->checkpoint;
+
+	if (!o->leave_running)
+		return;
+	if (o->compress)
+		m->unstaged_why = "--compress writes the image while CRIU dumps";
+	else if (o->no_stage)
+		m->unstaged_why = "--no-stage";
+	else
+		m->unstaged_why = preflight_stage(m, t->dir, image_stage_root());
+	if (m->unstaged_why)
+		return;
+	if (image_stage_make(t->stage, NULL) < 0) {
+		m->unstaged_why = "no staging folder could be made";
+		return;
+	}
+	snprintf(t->images, sizeof(t->images), "%s", t->stage);
+	m->options.staged = true;
 }
 
 /* With --compress, what the compression threads have left after CRIU. */
@@ -227,19 +275,24 @@ static void recover_from_image(struct target *t, struct manifest *m, struct stas
 }
 
 /* The target's dump, with the GPU steps around it and the image sealed
- * after it unless the target sealed it inside. */
+ * after it unless the target sealed it inside. pause_start: when the
+ * workload stopped. */
 static int checkpoint_dump(struct target *t, struct manifest *m, struct gpu_batch *batch,
-			   struct stasis_error **err)
+			   uint64_t pause_start, struct stasis_error **err)
 {
 	bool leave_running = t->checkpoint->leave_running;
 	struct image_follower *follower = NULL;
 	int r;
 
-	if (!t->ops->seals_in_dump)
+	if (!t->ops->seals_in_dump && !t->stage[0])
 		image_follow_start(t->dir, &follower, NULL);
 	r = t->ops->dump(t, m, err);
 	r = checkpoint_dump_end(batch, m, leave_running, r, err);
-	if (r == 0 && !t->ops->seals_in_dump) {
+	if (r == 0 && leave_running)
+		manifest_add_phase(m, "pause", now_usec() - pause_start);
+	if (r == 0 && t->stage[0])
+		r = checkpoint_seal_staged(t, m, err);
+	else if (r == 0 && !t->ops->seals_in_dump) {
 		r = checkpoint_seal_image(t->dir, m, follower, err);
 		if (r < 0 && !leave_running)
 			recover_from_image(t, m, err);
@@ -252,6 +305,7 @@ static int checkpoint_prepared(struct target *t, struct manifest *m, struct gpu_
 			       uint64_t start, struct stasis_error **err)
 {
 	const struct stasis_checkpoint_options *o = t->checkpoint;
+	uint64_t pause_start;
 	int r;
 
 	checkpoint_fill_host_facts(m);
@@ -264,8 +318,10 @@ static int checkpoint_prepared(struct target *t, struct manifest *m, struct gpu_
 	manifest_add_phase(m, "preflight", now_usec() - start);
 	if (r < 0)
 		return r;
+	checkpoint_pick_stage(t, m);
 
 	/* From here on the workload changes: every failure rolls back. */
+	pause_start = now_usec();
 	r = checkpoint_suspend_gpus(batch, m, err);
 	if (r == 0)
 		r = checkpoint_check_interrupted("sigterm-before-dump", "the dump", err);
@@ -273,7 +329,7 @@ static int checkpoint_prepared(struct target *t, struct manifest *m, struct gpu_
 		gpu_rollback(batch, err);
 		return r;
 	}
-	return checkpoint_dump(t, m, batch, err);
+	return checkpoint_dump(t, m, batch, pause_start, err);
 }
 
 /* Everything that can be checked before the lock: the target is there,
@@ -339,7 +395,9 @@ int stasis_checkpoint(const struct stasis_checkpoint_options *o, struct manifest
 		r = thp_always_begin(err);
 	if (r < 0)
 		return r;
+	image_stage_sweep();
 	r = checkpoint_target(&t, m, &batch, err);
+	image_stage_remove(t.stage);
 	gpu_batch_free(&batch);
 	if (o->thp_always)
 		thp_always_end();
@@ -351,6 +409,7 @@ int stasis_checkpoint(const struct stasis_checkpoint_options *o, struct manifest
 	r = image_sync(o->dir, m, err);
 	if (r < 0)
 		return r;
+	manifest_add_phase(m, "durable", now_usec() - start);
 	manifest_add_phase(m, "total", now_usec() - start);
 	/* Rewrite the manifest so it carries the final timings too. */
 	return manifest_write(o->dir, m, err);

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/statfs.h>
 #include <sys/statvfs.h>
+#include <unistd.h>
 #include <linux/magic.h>
 
 #include "nvml.h"
@@ -254,4 +255,27 @@ int preflight_image_room(const struct manifest *m, const char *dir, bool compres
 						  err);
 	}
 	return 0;
+}
+
+const char *preflight_stage(const struct manifest *m, const char *dir, const char *stage_root)
+{
+	struct image_estimate e;
+	struct statfs dir_fs, stage_fs;
+	struct statvfs stage_vfs;
+
+	if (statfs(dir, &dir_fs) < 0 || dir_fs.f_type == TMPFS_MAGIC)
+		return "the image folder is in memory already";
+	if (statfs(stage_root, &stage_fs) < 0 || statvfs(stage_root, &stage_vfs) < 0 ||
+	    access(stage_root, W_OK) < 0)
+		return "no writable staging folder";
+	if (stage_fs.f_type != TMPFS_MAGIC)
+		return "the staging folder is not in memory (tmpfs)";
+	preflight_image_estimate(m, &e);
+	if ((uint64_t)stage_vfs.f_bavail * stage_vfs.f_frsize < e.total)
+		return "not enough room in the staging folder";
+	/* The GPU state sits in the processes' memory until the GPU restore,
+	 * beside the staged image. */
+	if (e.gpu + e.total + PREFLIGHT_HOST_RESERVE > preflight_mem_available())
+		return "not enough free host memory to hold the image";
+	return NULL;
 }

@@ -42,4 +42,8 @@ void preflight_image_estimate(const struct manifest *m, struct image_estimate *e
 int preflight_image_room(const struct manifest *m, const char *dir, bool compress,
 			 struct stasis_error **err);
 
+/* Whether a --leave-running checkpoint into dir can be staged in memory
+ * under stage_root (image-stage.h): NULL if so, else why not. */
+const char *preflight_stage(const struct manifest *m, const char *dir, const char *stage_root);
+
 #endif

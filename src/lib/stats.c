@@ -44,6 +44,12 @@ char *stasis_stats_json(const struct manifest *m)
 	json_object_object_add(root, "cuda_processes", procs);
 	json_object_object_add(root, "processes", json_object_new_int((int)m->nprocs));
 	json_object_object_add(root, "image_bytes", json_object_new_uint64(m->image_bytes));
+	if (manifest_has_phase(m, "pause")) {
+		json_object_object_add(root, "staged", json_object_new_boolean(m->options.staged));
+		if (m->unstaged_why)
+			json_object_object_add(root, "not_staged_because",
+					       json_object_new_string(m->unstaged_why));
+	}
 	text = strdup(json_object_to_json_string_ext(root, JSON_C_TO_STRING_PLAIN));
 	json_object_put(root);
 	return text;

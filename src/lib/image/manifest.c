@@ -229,6 +229,7 @@ char *manifest_to_json(const struct manifest *m, bool pretty)
 	json_object_object_add(opts, "tcp_established",
 			       json_object_new_boolean(m->options.tcp_established));
 	json_object_object_add(opts, "compress", json_object_new_boolean(m->options.compress));
+	json_object_object_add(opts, "staged", json_object_new_boolean(m->options.staged));
 	json_object_object_add(root, "options", opts);
 	if (m->container.runtime)
 		json_object_object_add(root, "container", container_to_json(&m->container));
@@ -465,6 +466,7 @@ static int decode(json_object *root, struct manifest *m, struct stasis_error **e
 		m->options.shell_job = get_bool(opts, "shell_job");
 		m->options.tcp_established = get_bool(opts, "tcp_established");
 		m->options.compress = get_bool(opts, "compress");
+		m->options.staged = get_bool(opts, "staged");
 	}
 	r = decode_gpus(root, m, err);
 	if (r < 0)

@@ -66,6 +66,7 @@ struct manifest_options {
 	bool shell_job;
 	bool tcp_established;
 	bool compress; /* pages images compressed (image-pack.c) */
+	bool staged;   /* dumped into memory, written after the workload ran again */
 };
 
 struct manifest {
@@ -88,6 +89,9 @@ struct manifest {
 	struct manifest_file *files;
 	size_t nfiles;
 	uint64_t image_bytes;
+	/* At a --leave-running checkpoint only, not saved: why the image was
+	 * not staged in memory (a string literal), or NULL. */
+	const char *unstaged_why;
 };
 
 void manifest_init(struct manifest *m);

@@ -95,7 +95,8 @@ struct target {
 	char namespace[128];	  /* containerd's namespace */
 	char address[PATH_MAX];	  /* containerd's socket */
 	char runc_root[PATH_MAX]; /* runc's state folder under containerd's shim */
-	char images[PATH_MAX];	  /* CRIU's image folder inside dir */
+	char images[PATH_MAX];	  /* CRIU's image folder: inside dir, or the stage */
+	char stage[PATH_MAX];	  /* at checkpoint, a staging folder in memory, or "" */
 };
 
 extern const struct target_ops target_tree;

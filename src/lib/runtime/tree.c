@@ -67,13 +67,16 @@ static struct {
 } post_dump;
 
 /* The tree is still frozen here. Only once the image is durable may CRIU
- * kill it; a non-zero answer makes CRIU resume the tree instead. */
+ * kill it; a non-zero answer makes CRIU resume the tree instead. A staged
+ * image (leave_running) is sealed by the orchestration once the tree runs. */
 static int on_dump_notify(const char *action)
 {
 	if (strcmp(action, "post-dump") != 0)
 		return 0;
 	manifest_add_phase(post_dump.m, "criu_dump", now_usec() - post_dump.dump_start);
 	progress_end();
+	if (!post_dump.dir)
+		return 0;
 	post_dump.result = checkpoint_check_interrupted("sigterm-before-manifest",
 							"writing the manifest", post_dump.err);
 	if (post_dump.result == 0)
@@ -99,7 +102,7 @@ static int tree_dump(struct target *t, struct manifest *m, struct stasis_error *
 	};
 	int r;
 
-	post_dump.dir = t->dir;
+	post_dump.dir = t->stage[0] ? NULL : t->dir;
 	post_dump.m = m;
 	post_dump.err = err;
 	post_dump.result = 0;
@@ -115,7 +118,7 @@ static int tree_dump(struct target *t, struct manifest *m, struct stasis_error *
 			return r;
 		req.images_dir = image_pack_stage(post_dump.packer);
 		req.work_dir = t->images;
-	} else {
+	} else if (post_dump.dir) {
 		/* Without the follower the seal hashes everything after the dump. */
 		image_follow_start(t->dir, &post_dump.follower, NULL);
 	}

@@ -1,0 +1,34 @@
+/* SPDX-License-Identifier: MIT */
+/* A --leave-running checkpoint staged in memory: CRIU dumps into a folder in
+ * tmpfs, the workload runs again as soon as CRIU and the GPU are done, and
+ * only then is the image written to its folder. The manifest comes last,
+ * after the pages are on disk, so an image cut short by a crash or a
+ * SIGKILL never looks complete. Internal to the library. */
+#ifndef STASIS_IMAGE_STAGE_H
+#define STASIS_IMAGE_STAGE_H
+
+#include <limits.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "error.h"
+#include "manifest.h"
+
+/* Make the staging folder STAGE_ROOT/stasis-stage-PID-XXXXXX, CRIU's image
+ * folder while it dumps, into out. */
+int image_stage_make(char out[PATH_MAX], struct stasis_error **err);
+
+/* Remove the staging folders of stasis runs that are gone (killed before
+ * they could clean up); they hold whole images in memory. */
+void image_stage_sweep(void);
+
+/* Copy every file of stage into DIR/criu, checksumming on the way into m's
+ * file list and freeing the staged bytes as they are written; then flush
+ * DIR to disk. SIGINT/SIGTERM stop it with EINTR. */
+int image_stage_commit(const char *stage, const char *dir, struct manifest *m,
+		       struct stasis_error **err);
+
+/* Remove the staging folder; "" is left alone. */
+void image_stage_remove(char stage[PATH_MAX]);
+
+#endif

@@ -1,0 +1,103 @@
+# shellcheck shell=bash
+# --leave-running staged in memory: the tree runs again before the image is
+# written; the image is complete only once it is on disk. Sourced by run.
+
+# The staging folders stasis left in $1 (its stage root).
+stages_in() { find "$1" -maxdepth 1 -name 'stasis-stage-*' 2>/dev/null; }
+
+test_stage_leave_running() {
+	local w="$TMP/st1" pid root="$TMP/st1-stage"
+	mkdir -p "$root" && mount -t tmpfs -o size=512m tmpfs "$root" || return 1
+	echo "$root" >>"$TMP/mounts"
+	start_workload "$w" || return 1
+	STASIS_STAGE_DIR=$root "$STASIS" checkpoint "$pid" -D "$w/img" --leave-running --json \
+		>"$w/stats" || return 1
+	grep -q '"staged":true' "$w/stats" || { fail "not staged: $(cat "$w/stats")"; return 1; }
+	for phase in pause stage_write durable; do
+		grep -q "\"$phase\"" "$w/stats" || { fail "no $phase in $(cat "$w/stats")"; return 1; }
+	done
+	[ -z "$(stages_in "$root")" ] || { fail "staging folder left: $(stages_in "$root")"; return 1; }
+	grep -q '"staged": *true' "$w/img/manifest.json" || { fail "manifest does not say staged"; return 1; }
+	local at
+	at=$(counter "$w")
+	wait_counter "$w" $((at + 10)) || { fail "workload stopped"; return 1; }
+	kill -TERM "$pid"
+	reap "$pid"
+	"$STASIS" restore -D "$w/img" --detach >"$w/pid" || return 1
+	wait_log_grows "$w" 5 || { fail "the restored tree does not count"; return 1; }
+	kill -TERM "$pid"
+	for _ in $(seq 100); do alive "$pid" || break; sleep 0.05; done
+	! grep -q FAIL "$w/log" || { fail "$(grep FAIL "$w/log")"; return 1; }
+}
+
+# Where the staging folder has no room, or --no-stage, the image is
+# written while the tree waits, and the stats say why.
+test_stage_falls_back() {
+	local w="$TMP/st2" pid root="$TMP/st2-stage"
+	mkdir -p "$root" && mount -t tmpfs -o size=1m tmpfs "$root" || return 1
+	echo "$root" >>"$TMP/mounts"
+	start_workload "$w" || return 1
+	STASIS_STAGE_DIR=$root "$STASIS" checkpoint "$pid" -D "$w/a" --leave-running --json \
+		>"$w/stats" || return 1
+	grep -q '"staged":false' "$w/stats" || { fail "staged: $(cat "$w/stats")"; return 1; }
+	grep -q '"not_staged_because":"not enough room in the staging folder"' "$w/stats" ||
+		{ fail "no reason: $(cat "$w/stats")"; return 1; }
+	"$STASIS" checkpoint "$pid" -D "$w/b" --leave-running --no-stage --json >"$w/stats" || return 1
+	grep -q '"not_staged_because":"--no-stage"' "$w/stats" || { fail "$(cat "$w/stats")"; return 1; }
+	"$STASIS" inspect "$w/a" >/dev/null && "$STASIS" inspect "$w/b" >/dev/null || return 1
+	kill -TERM "$pid"
+	reap "$pid"
+}
+
+# A SIGKILL while the staged image is written: the tree runs on, the image
+# is refused as incomplete, and the next checkpoint sweeps the staging
+# folder the dead run left in memory.
+test_stage_killed_while_writing() {
+	local w="$TMP/st3" pid root="$TMP/st3-stage" cp
+	mkdir -p "$root" && mount -t tmpfs -o size=512m tmpfs "$root" || return 1
+	echo "$root" >>"$TMP/mounts"
+	start_workload "$w" || return 1
+	STASIS_STAGE_DIR=$root STASIS_FAULT=stage-slow "$STASIS" checkpoint "$pid" -D "$w/img" \
+		--leave-running &
+	cp=$!
+	for _ in $(seq 500); do [ -n "$(ls "$w/img/criu" 2>/dev/null)" ] && break; sleep 0.01; done
+	[ -n "$(ls "$w/img/criu" 2>/dev/null)" ] || { fail "the image was never written"; return 1; }
+	kill -9 "$cp"
+	reap "$cp"
+	[ ! -e "$w/img/manifest.json" ] || { fail "an image cut short has a manifest"; return 1; }
+	local at
+	at=$(counter "$w")
+	wait_counter "$w" $((at + 10)) || { fail "workload stopped"; return 1; }
+	expect_error "an incomplete one" "$STASIS" restore -D "$w/img" || return 1
+	[ -n "$(stages_in "$root")" ] || { fail "no staging folder to sweep"; return 1; }
+	STASIS_STAGE_DIR=$root "$STASIS" checkpoint "$pid" -D "$w/img2" --leave-running || return 1
+	[ -z "$(stages_in "$root")" ] || { fail "not swept: $(stages_in "$root")"; return 1; }
+	kill -TERM "$pid"
+	reap "$pid"
+}
+
+# SIGTERM while the staged image is written: one line, non-zero, the tree
+# runs on, and nothing of the image is kept.
+test_stage_interrupted_while_writing() {
+	local w="$TMP/st4" pid root="$TMP/st4-stage" cp
+	mkdir -p "$root" && mount -t tmpfs -o size=512m tmpfs "$root" || return 1
+	echo "$root" >>"$TMP/mounts"
+	start_workload "$w" || return 1
+	STASIS_STAGE_DIR=$root STASIS_FAULT=stage-slow "$STASIS" checkpoint "$pid" -D "$w/img" \
+		--leave-running 2>"$w/err" &
+	cp=$!
+	for _ in $(seq 500); do [ -n "$(ls "$w/img/criu" 2>/dev/null)" ] && break; sleep 0.01; done
+	kill -TERM "$cp"
+	wait "$cp" && { fail "an interrupted checkpoint succeeded"; return 1; }
+	[ "$(wc -l <"$w/err")" = 1 ] || { fail "not one line: $(cat "$w/err")"; return 1; }
+	grep -q "interrupted by a signal while writing the image.*runs on; no image was kept" \
+		"$w/err" || { fail "$(cat "$w/err")"; return 1; }
+	[ -z "$(find "$w/img" -name '*.img' 2>/dev/null)" ] && [ ! -e "$w/img/manifest.json" ] ||
+		{ fail "image kept: $(ls -R "$w/img")"; return 1; }
+	[ -z "$(stages_in "$root")" ] || { fail "staging folder left"; return 1; }
+	local at
+	at=$(counter "$w")
+	wait_counter "$w" $((at + 10)) || { fail "workload stopped"; return 1; }
+	kill -TERM "$pid"
+	reap "$pid"
+}
