@@ -16,6 +16,12 @@ cp "$build/lib/stasis/criu/"*.so "$out/lib/stasis/criu/"
 cp "$build/criu/sbin/criu" "$out/criu/sbin/"
 cp "$build/criu/lib/criu/cuda_plugin.so" "$out/criu/lib/criu/"
 cp "$(command -v runc)" "$out/bin/runc"
+# NVIDIA's own cuda-checkpoint for the benchmark's reference pipeline, when
+# STASIS_REF_CUDA_CHECKPOINT names it (never part of the repository).
+if [ -n "${STASIS_REF_CUDA_CHECKPOINT:-}" ]; then
+	mkdir -p "$out/ref"
+	cp "$STASIS_REF_CUDA_CHECKPOINT" "$out/ref/cuda-checkpoint"
+fi
 # containerd for the containerd tests, compressed for the carry limit;
 # tests/gpu/run unpacks it into bin/.
 tar -cf - -C "$(dirname "$(command -v containerd)")" containerd ctr containerd-shim-runc-v2 |

@@ -5,6 +5,8 @@
 // whole buffer is verified against the pattern. Its verdict goes to its log.
 //   probe DIR GIB [--children N] [--managed] [--nvml] [--streams] [--fork-idle] [--spread]
 // --spread: child i runs on GPU i (modulo the GPUs there are).
+// Every pause of its loop longer than 50 ms (a checkpoint's lock) is
+// appended to DIR/gaps-PID in microseconds: how long its CUDA calls waited.
 // --fork-idle: once CUDA is up, fork a child that never uses CUDA and only
 // counts into DIR/idle-PID; it keeps its parent's /dev/nvidia* references.
 #include <cuda_runtime.h>
@@ -17,6 +19,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 static volatile sig_atomic_t stop;
@@ -38,6 +41,28 @@ __global__ void verify(const uint64_t *buf, size_t n, uint64_t seed, unsigned lo
 __global__ void tick(unsigned long long *counter) { (*counter)++; }
 
 static FILE *logfile;
+
+static uint64_t now_us(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
+}
+
+// Record a gap of the loop over 50 ms; a restore from an image shows as
+// one too (the clock ran on meanwhile).
+static void note_gap(const char *dir, uint64_t gap)
+{
+	char path[4096];
+	if (gap < 50000)
+		return;
+	snprintf(path, sizeof(path), "%s/gaps-%d", dir, (int)getpid());
+	FILE *f = fopen(path, "a");
+	if (f) {
+		fprintf(f, "%llu\n", (unsigned long long)gap);
+		fclose(f);
+	}
+}
 #define CHECK(x)                                                                       \
 	do {                                                                           \
 		cudaError_t e_ = (x);                                                  \
@@ -142,6 +167,7 @@ static int run(const char *dir, double gib, bool managed, bool nvml, bool stream
 	if (fork_idle && fork() == 0)
 		idle_child(dir);
 	fprintf(logfile, "ready pid %d %.2f GiB\n", (int)getpid(), gib);
+	uint64_t last = now_us();
 	while (!stop) {
 		tick<<<1, 1>>>(counter);
 		CHECK(cudaMemcpy(&host, counter, sizeof(host), cudaMemcpyDeviceToHost));
@@ -155,6 +181,10 @@ static int run(const char *dir, double gib, bool managed, bool nvml, bool stream
 		snprintf(line, sizeof(line), "%020llu\n", host);
 		if (pwrite(state, line, strlen(line), 0) < 0)
 			return 1;
+		// Since the last iteration ended, less the 5 ms sleep between.
+		uint64_t t = now_us();
+		note_gap(dir, t - last > 5000 ? t - last - 5000 : 0);
+		last = t;
 		usleep(5000);
 	}
 	CHECK(cudaMemset(bad, 0, sizeof(*bad)));
