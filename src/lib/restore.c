@@ -152,9 +152,9 @@ int restore_finish_gpus(struct manifest *m, const struct gpu_plan *plan, int ser
 
 /* The target's restore with the GPU handoff serving beside it; after a
  * failure, the target kills what it brought back. */
-int restore_target_handed_off(struct target *t, struct manifest *m,
-			      struct image_verifier *verifier, const struct gpu_plan *plan,
-			      pid_t *root_out, struct stasis_error **err)
+int restore_target_handed_off(struct target *t, struct manifest *m, struct image_verifier *verifier,
+			      const struct gpu_plan *plan, pid_t *root_out,
+			      struct stasis_error **err)
 {
 	_cleanup_error_ struct stasis_error *gpu_err = NULL;
 	struct gpu_handoff handoff;

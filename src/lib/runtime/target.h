@@ -123,9 +123,9 @@ int target_for_image(const struct manifest *m, const char *runtime, const struct
  * beside it (plan from restore_gpu_preflight), the image verified already
  * when verifier is NULL; after a failure the target removes what it
  * brought back. restore.c's, for migrate/dest.c too. */
-int restore_target_handed_off(struct target *t, struct manifest *m,
-			      struct image_verifier *verifier, const struct gpu_plan *plan,
-			      pid_t *root_out, struct stasis_error **err);
+int restore_target_handed_off(struct target *t, struct manifest *m, struct image_verifier *verifier,
+			      const struct gpu_plan *plan, pid_t *root_out,
+			      struct stasis_error **err);
 
 /* Every container of every runtime that answers; a runtime that is not
  * installed or not running has none. The caller frees *list. */
