@@ -205,7 +205,7 @@ static int on_held(void *ctx)
 	mig.st->pause_us = now_usec() - mig.frozen_start;
 	mig.committed = r == 0;
 	mig.result = r;
-	return r < 0 ? 1 : 0;
+	return r;
 }
 
 static int make_stage(size_t nprocs, struct stasis_error **err)
