@@ -72,6 +72,14 @@ int cmd_migrate(int argc, char **argv)
 		_cleanup_free_ char *text = stasis_migrate_json(&m, &st);
 
 		printf("%s\n", text ? text : "{}");
+	} else if (r == 0 && st.container[0]) {
+		char bytes[32];
+
+		printf("migrated container '%s' to %s: '%s' there, init PID %d, %s, paused %.2f s; "
+		       "GPUs: %s\n",
+		       o.container, st.peer, st.container, (int)st.restored_pid,
+		       format_bytes(st.raw_bytes, bytes, sizeof(bytes)), (double)st.pause_us / 1e6,
+		       st.gpus[0] ? st.gpus : "none");
 	} else if (r == 0) {
 		char bytes[32];
 

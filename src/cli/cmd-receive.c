@@ -27,6 +27,12 @@ static void report(void *ctx, const struct manifest *m, const struct stasis_migr
 		_cleanup_free_ char *text = stasis_migrate_json(m, st);
 
 		printf("%s\n", text ? text : "{}");
+	} else if (st->container[0]) {
+		printf("restored %s container '%s' (%zu process%s) from %s, init PID %d (%s); "
+		       "GPUs: %s\n",
+		       m->container.runtime, st->container, m->nprocs, m->nprocs == 1 ? "" : "es",
+		       st->peer, (int)st->restored_pid,
+		       format_bytes(st->raw_bytes, bytes, sizeof(bytes)), st->gpus);
 	} else {
 		printf("restored %zu process%s from %s as PID %d (%s); GPUs: %s\n", m->nprocs,
 		       m->nprocs == 1 ? "" : "es", st->peer, (int)st->restored_pid,
@@ -38,9 +44,13 @@ static void report(void *ctx, const struct manifest *m, const struct stasis_migr
 int cmd_receive(int argc, char **argv)
 {
 	static const struct option options[] = {
-	    {"listen", required_argument, NULL, 'l'},  {"key-file", required_argument, NULL, 'k'},
-	    {"gpu-map", required_argument, NULL, 'g'}, {"once", no_argument, NULL, '1'},
-	    {"json", no_argument, NULL, 'P'},	       {NULL, 0, NULL, 0},
+	    {"listen", required_argument, NULL, 'l'},
+	    {"key-file", required_argument, NULL, 'k'},
+	    {"gpu-map", required_argument, NULL, 'g'},
+	    {"once", no_argument, NULL, '1'},
+	    {"json", no_argument, NULL, 'P'},
+	    {"name", required_argument, NULL, 'n'},
+	    {NULL, 0, NULL, 0},
 	};
 	struct stasis_receive_options o = {0};
 	_cleanup_error_ struct stasis_error *err = NULL;
@@ -61,6 +71,9 @@ int cmd_receive(int argc, char **argv)
 			break;
 		case '1':
 			o.once = true;
+			break;
+		case 'n':
+			o.name = optarg;
 			break;
 		case 'P':
 			json = true;

@@ -59,32 +59,38 @@ const struct command commands[] = {
      "      --thp             transparent huge pages 'always' while it runs\n"
      "      --print-stats, --json  print phase timings as JSON on stdout\n"
      "                        (progress goes to stderr only on a terminal without it)\n"},
-    {"migrate", cmd_migrate, "move a running process tree to another host",
+    {"migrate", cmd_migrate, "move a running process tree or container to another host",
      "usage: stasis migrate PID --to HOST:PORT --key-file FILE [options]\n"
+     "       stasis migrate --runtime runc ID --to HOST:PORT --key-file FILE [options]\n"
      "\n"
-     "Stream the tree rooted at PID, GPU state included, to 'stasis receive' on\n"
-     "HOST, which restores it as it arrives. The tree stays frozen here until it\n"
-     "runs there, then goes; on any failure before that it runs on here.\n"
+     "Stream the tree rooted at PID, or the runc container ID, GPU state\n"
+     "included, to 'stasis receive' on HOST, which restores it as it arrives.\n"
+     "It stays frozen here (a container paused) until it runs there, then goes;\n"
+     "on any failure before that it runs on here.\n"
      "Nothing of the image touches the disk on either side.\n"
      "\n"
+     "      --runtime runc    ID names a runc container (its bundle must be at\n"
+     "                        the same path there)\n"
      "      --to HOST:PORT    where 'stasis receive' listens\n"
      "      --key-file FILE   the shared secret (32 bytes or more, mode 0600)\n"
      "      --compress auto|on|off  zstd on the wire: auto where a sample of\n"
      "                        each frame shrinks by a tenth (default auto)\n"
      "  -t, --timeout MS      CUDA lock timeout (default 10000)\n"
      "      --json            phases in microseconds, bytes and the pause as JSON\n"},
-    {"receive", cmd_receive, "restore process trees migrated from another host",
+    {"receive", cmd_receive, "restore trees and containers migrated from another host",
      "usage: stasis receive --listen ADDR:PORT --key-file FILE [options]\n"
      "\n"
      "Accept migrations from 'stasis migrate', one at a time: check that this\n"
-     "host can run the tree (CRIU, driver, GPUs, memory, PIDs) before anything\n"
-     "is sent, restore it as it streams in, and print what was restored.\n"
-     "The tree needs the same files at the same paths as on the source.\n"
+     "host can run the tree (CRIU, driver, GPUs, memory, PIDs; a container's\n"
+     "name, bundle and runtime) before anything is sent, restore it as it\n"
+     "streams in, and print what was restored. The tree needs the same files at\n"
+     "the same paths as on the source; a container its bundle.\n"
      "\n"
      "      --listen ADDR:PORT  where to listen\n"
      "      --key-file FILE   the shared secret (32 bytes or more, mode 0600)\n"
      "      --gpu-map auto|OLD=NEW,...  GPU placement (default auto: the same\n"
      "                        GPUs, else free ones of the same chip)\n"
+     "      --name NEW        a container's id here (default: its own)\n"
      "      --once            return after one migration, with its status\n"
      "      --json            one JSON line per migration\n"},
     {"inspect", cmd_inspect, "show what an image holds",

@@ -152,7 +152,7 @@ int restore_finish_gpus(struct manifest *m, const struct gpu_plan *plan, int ser
 
 /* The target's restore with the GPU handoff serving beside it; after a
  * failure, the target kills what it brought back. */
-static int restore_handed_off(struct target *t, struct manifest *m, struct image_verifier *verifier,
+int restore_target_handed_off(struct target *t, struct manifest *m, struct image_verifier *verifier,
 			      const struct gpu_plan *plan, pid_t *root_out,
 			      struct stasis_error **err)
 {
@@ -207,7 +207,7 @@ static int restore_target(struct target *t, struct manifest *m, struct image_ver
 	}
 	manifest_add_phase(m, "preflight", now_usec() - start);
 	if (r == 0)
-		r = restore_handed_off(t, m, verifier, &plan, root_out, err);
+		r = restore_target_handed_off(t, m, verifier, &plan, root_out, err);
 	if (lock_fd >= 0)
 		pid_unlock(manifest_root(m)->pid, lock_fd);
 	return r;

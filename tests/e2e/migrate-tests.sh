@@ -257,3 +257,134 @@ test_migrate_bad_input() {
 	reap "$holder"
 	mig_unhosts
 }
+
+# ---- runc containers across the pair (make_bundle, start_container) ----
+
+# ctr_status ID: runc's status of container ID, empty when there is none.
+ctr_status() { runc state "$1" 2>/dev/null | grep -o '"status": "[a-z]*"' | cut -d'"' -f4; }
+
+test_migrate_container() {
+	local d="$TMP/mc1" id="stasis-e2e-mc1-$$" receiver new
+	mig_hosts mc1 || return 1
+	make_bundle "$d/b" && start_container "$id" "$d/b" || return 1
+	# On one host the copy needs another name while the source's holds its own.
+	receiver --json --name "$id-2" || return 1
+	migrate --runtime runc "$id" --to "$DST" --key-file "$KEY" --json >"$d/stats" || { fail "migrate: $(cat "$TMP/recv.err")"; return 1; }
+	wait "$receiver" || { fail "receiver: $(cat "$TMP/recv.err")"; return 1; }
+	[ -z "$(ctr_status "$id")" ] || { fail "the source's container is still there ($(ctr_status "$id"))"; return 1; }
+	[ "$(ctr_status "$id-2")" = running ] || { fail "the copy is $(ctr_status "$id-2")"; return 1; }
+	new=$(json_field restored_pid <"$TMP/recv.out")
+	[ -n "$new" ] && [ "$new" = "$(runc state "$id-2" | grep -o '"pid": [0-9]*' | grep -o '[0-9]*$')" ] || { fail "restored_pid $new is not the copy's init: $(cat "$TMP/recv.out")"; return 1; }
+	[ "$new" = "$(json_field restored_pid <"$d/stats")" ] || { fail "the two sides name other PIDs"; return 1; }
+	grep -q "\"container\":\"$id-2\"" "$d/stats" || { fail "migrate --json: $(cat "$d/stats")"; return 1; }
+	# Its cgroup follows the new name, as runc restore --name gives it.
+	grep -q "/$id-2\$" "/proc/$new/cgroup" && ! grep -q "/$id\$" "/proc/$new/cgroup" || { fail "cgroup: $(cat "/proc/$new/cgroup")"; return 1; }
+	grep -q '"runc_checkpoint"' "$d/stats" && grep -q '"runc_restore"' "$TMP/recv.out" || { fail "phases: $(cat "$d/stats" "$TMP/recv.out")"; return 1; }
+	runs_on "$d/b/rootfs" || return 1
+	[ -z "$(ls -A "$STAGE")" ] || { fail "left in the staging folder: $(ls -A "$STAGE")"; return 1; }
+	echo "source: $(cat "$d/stats")"
+	echo "destination: $(cat "$TMP/recv.out")"
+	runc delete --force "$id-2"
+	# The copy carried on from the tick the source stopped at.
+	log_is_continuous "$d/b/rootfs" || return 1
+	mig_unhosts
+}
+
+# The receiver dies with the pages half sent: the source's container runs
+# on, and nothing is left there.
+test_migrate_container_receiver_killed() {
+	local d="$TMP/mc2" id="stasis-e2e-mc2-$$" receiver src at
+	mig_hosts mc2 || return 1
+	make_bundle "$d/b" 48 && start_container "$id" "$d/b" || return 1
+	RECV_ENV="STASIS_FAULT=receive-slow" receiver --name "$id-2" || return 1
+	migrate --runtime runc "$id" --to "$DST" --key-file "$KEY" 2>"$d/err" &
+	src=$!
+	for _ in $(seq 200); do ls "$STAGE"/stasis-receive-*/pages-1.img >/dev/null 2>&1 && break; sleep 0.05; done
+	ls "$STAGE"/stasis-receive-*/pages-1.img >/dev/null 2>&1 || { fail "no pages arrived"; return 1; }
+	at=$(counter "$d/b/rootfs")
+	sleep 0.2
+	[ "$(counter "$d/b/rootfs")" = "$at" ] || { fail "the source's container counts mid-stream"; return 1; }
+	kill -9 "$receiver"
+	wait "$src" && { fail "migrate succeeded"; return 1; }
+	grep -q "runs here again" "$d/err" || { fail "$(cat "$d/err")"; return 1; }
+	[ "$(wc -l <"$d/err")" = 1 ] || { fail "not one line: $(cat "$d/err")"; return 1; }
+	[ "$(ctr_status "$id")" = running ] || { fail "the source's container is $(ctr_status "$id")"; return 1; }
+	runs_on "$d/b/rootfs" || return 1
+	[ -z "$(ctr_status "$id-2")" ] || { fail "a copy there: $(ctr_status "$id-2")"; return 1; }
+	echo "receiver killed -> $(cat "$d/err")"
+	runc delete --force "$id"
+	log_is_continuous "$d/b/rootfs" || return 1
+	mig_unhosts
+}
+
+# The destination's restore fails, or the source stops after RESTORED:
+# the copy there is deleted, the source's container runs on.
+test_migrate_container_restore_fails() {
+	local d="$TMP/mc3" id="stasis-e2e-mc3-$$" receiver
+	mig_hosts mc3 || return 1
+	make_bundle "$d/b" && start_container "$id" "$d/b" || return 1
+	RECV_ENV="STASIS_FAULT=criu-restore" receiver --name "$id-2" || return 1
+	migrate --runtime runc "$id" --to "$DST" --key-file "$KEY" 2>"$d/err" && { fail "migrate succeeded"; return 1; }
+	wait "$receiver" && { fail "the receiver succeeded"; return 1; }
+	grep -q "injected fault.*runs here again" "$d/err" || { fail "$(cat "$d/err")"; return 1; }
+	[ "$(wc -l <"$d/err")" = 1 ] || { fail "not one line: $(cat "$d/err")"; return 1; }
+	grep -q "injected fault" "$TMP/recv.err" || { fail "receiver: $(cat "$TMP/recv.err")"; return 1; }
+	[ "$(ctr_status "$id")" = running ] || { fail "the source's container is $(ctr_status "$id")"; return 1; }
+	[ -z "$(ctr_status "$id-2")" ] || { fail "a copy there: $(ctr_status "$id-2")"; return 1; }
+	runs_on "$d/b/rootfs" || return 1
+	[ -z "$(ls -A "$STAGE")" ] || { fail "left in the staging folder: $(ls -A "$STAGE")"; return 1; }
+	echo "restore failing there -> $(cat "$d/err")"
+	# The copy runs there, but the source is stopped before COMMIT: the
+	# destination deletes it, runc's state of it included.
+	receiver --name "$id-2" || return 1
+	nsenter --net=/run/netns/"$SRC_NS" env STASIS_FAULT=sigterm-before-commit "$STASIS" migrate --runtime runc "$id" --to "$DST" --key-file "$KEY" 2>"$d/err" && { fail "migrate succeeded despite the signal"; return 1; }
+	wait "$receiver" && { fail "the receiver succeeded"; return 1; }
+	grep -q "interrupted.*runs here again" "$d/err" || { fail "$(cat "$d/err")"; return 1; }
+	grep -q "no handoff.*deleted" "$TMP/recv.err" || { fail "receiver: $(cat "$TMP/recv.err")"; return 1; }
+	[ -z "$(ctr_status "$id-2")" ] && [ ! -e "/run/runc/$id-2" ] || { fail "the copy stays there: $(ctr_status "$id-2")"; return 1; }
+	[ "$(ctr_status "$id")" = running ] || { fail "the source's container is $(ctr_status "$id")"; return 1; }
+	runs_on "$d/b/rootfs" || return 1
+	[ -z "$(ls -A "$STAGE")" ] || { fail "left in the staging folder: $(ls -A "$STAGE")"; return 1; }
+	echo "stopped before COMMIT -> $(cat "$d/err") / $(cat "$TMP/recv.err")"
+	runc delete --force "$id"
+	mig_unhosts
+}
+
+# Bad input: one clear line, non-zero, nothing changed here or there.
+test_migrate_container_bad_input() {
+	local d="$TMP/mc4" id="stasis-e2e-mc4-$$" receiver src pid holder
+	mig_hosts mc4 || return 1
+	make_bundle "$d/b" && start_container "$id" "$d/b" || return 1
+	src="nsenter --net=/run/netns/$SRC_NS $STASIS"
+	expect_error "no container 'nonexistent-$$'" $src migrate --runtime runc "nonexistent-$$" --to "$DST" --key-file "$KEY" || return 1
+	expect_error "unknown runtime 'docker'" $src migrate --runtime docker "$id" --to "$DST" --key-file "$KEY" || return 1
+	expect_error "migrating a containerd container is not supported yet" $src migrate --runtime containerd "$id" --to "$DST" --key-file "$KEY" || return 1
+	$src migrate "$id" --to "$DST" --key-file "$KEY" 2>/dev/null; [ $? = 2 ] || { fail "a container without --runtime is not a usage error"; return 1; }
+	"$STASIS" migrate --runtime runc 2>/dev/null; [ $? = 2 ] || { fail "usage error is not exit 2"; return 1; }
+	# The name is taken there (its own, on one host): refused before
+	# anything changes.
+	receiver || return 1
+	expect_error "container name '$id' is already taken" $src migrate --runtime runc "$id" --to "$DST" --key-file "$KEY" || return 1
+	wait "$receiver" && { fail "the receiver accepted a taken name"; return 1; }
+	# A bundle missing there.
+	receiver --name "$id-2" || return 1
+	mv "$d/b/config.json" "$d/b/config.saved"
+	expect_error "bundle $d/b not found" $src migrate --runtime runc "$id" --to "$DST" --key-file "$KEY" || return 1
+	mv "$d/b/config.saved" "$d/b/config.json"
+	wait "$receiver" && { fail "the receiver accepted a missing bundle"; return 1; }
+	# --name for a tree.
+	receiver --name "x-$$" || return 1
+	ns_workload "$d/w" || return 1
+	expect_error "--name is for containers" $src migrate "$pid" --to "$DST" --key-file "$KEY" || return 1
+	wait "$receiver"
+	runs_on "$d/w" || return 1
+	kill -TERM "$pid"
+	# Nothing changed.
+	[ "$(ctr_status "$id")" = running ] || { fail "the container is $(ctr_status "$id")"; return 1; }
+	runs_on "$d/b/rootfs" || return 1
+	[ -z "$(ctr_status "$id-2")" ] || { fail "a copy there"; return 1; }
+	[ -z "$(ls -A "$STAGE")" ] || { fail "the receiver staged something"; return 1; }
+	runc delete --force "$id"
+	log_is_continuous "$d/b/rootfs" || return 1
+	mig_unhosts
+}

@@ -4,6 +4,8 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -160,10 +162,21 @@ int remove_flat_dir(const char *path)
 
 	if (!d)
 		return -errno;
-	while ((de = readdir(d)))
-		if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..") &&
-		    unlinkat(dirfd(d), de->d_name, 0) < 0 && r == 0)
+	while ((de = readdir(d))) {
+		char sub[PATH_MAX];
+		int s;
+
+		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+			continue;
+		/* A runtime's work folder inside a staging folder. */
+		if (de->d_type == DT_DIR) {
+			snprintf(sub, sizeof(sub), "%s/%s", path, de->d_name);
+			s = remove_flat_dir(sub);
+			if (s < 0 && r == 0)
+				r = s;
+		} else if (unlinkat(dirfd(d), de->d_name, 0) < 0 && r == 0)
 			r = -errno;
+	}
 	closedir(d);
 	if (rmdir(path) < 0 && r == 0)
 		r = -errno;

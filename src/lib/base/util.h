@@ -73,7 +73,8 @@ int mkdir_p(const char *path);
 /* 0 if the directory holds nothing, 1 if it holds something, -errno. */
 int dir_is_empty(const char *path);
 
-/* Remove a folder that holds only files; -errno of the first failure. */
+/* Remove a folder that holds files, and folders of files (a runtime's
+ * work folder); -errno of the first failure. */
 int remove_flat_dir(const char *path);
 
 /* Copy the regular file name from one folder into another (new there). */

@@ -2,11 +2,12 @@
 /* stasis receive, the destination: for each connection, the TLS handshake
  * (a peer without the key goes before a message is read), the preflight
  * on the source's HELLO (CRIU, driver, GPUs and their placement, memory,
- * PIDs) before a byte of the image is sent, the image into a staging
- * folder in memory as it comes, every checksum against the source's
- * manifest, CRIU's restore with the GPU restore inside it, RESTORED, and
- * the source's COMMIT. Without COMMIT the restored copy is killed: the
- * source's runs on. */
+ * PIDs, or a container's name, bundle and runtime) before a byte of the
+ * image is sent, the image into a staging folder in memory as it comes,
+ * every checksum against the source's manifest, CRIU's restore (a
+ * container: its target's, runc's) with the GPU restore inside it,
+ * RESTORED, and the source's COMMIT. Without COMMIT the restored copy is
+ * killed (a container deleted): the source's runs on. */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -29,6 +30,7 @@
 #include "stasis.h"
 #include "steps.h"
 #include "stream.h"
+#include "target.h"
 #include "util.h"
 
 #define WHO "the source"
@@ -43,6 +45,9 @@ struct receipt {
 	struct manifest m;
 	struct gpu_plan plan;
 	bool pidns; /* the tree is its own PID namespace: new PIDs outside it */
+	/* A container: its target, restored under its id or --name. */
+	struct target t;
+	struct stasis_restore_options restore_opts;
 	int lock_fd;
 	char stage[PATH_MAX];
 	int stagefd;
@@ -78,17 +83,52 @@ static int preflight_memory(uint64_t estimate, struct stasis_error **err)
 					  err);
 }
 
+/* The target the image's container names (a tree has none), with its
+ * names here and what its restore needs: the name free, the bundle. */
+static int container_preflight(struct receipt *rc, struct stasis_error **err)
+{
+	const struct manifest *m = &rc->m;
+	int r;
+
+	if (!m->container.runtime) {
+		if (!rc->o->name)
+			return 0;
+		stasis_error_set(err, EINVAL, STASIS_DOMAIN_USAGE, 0,
+				 "%s sent a process tree; --name is for containers", WHO);
+		return stasis_error_hint(err, "run stasis receive without --name");
+	}
+	r = target_for_image(m, m->container.runtime, &rc->t.ops, err);
+	if (r == 0 && !rc->t.ops->dump_held) {
+		stasis_error_set(err, ENOTSUP, STASIS_DOMAIN_USAGE, 0,
+				 "migrating a %s container is not supported yet",
+				 m->container.runtime);
+		r = stasis_error_hint(err, "checkpoint it, copy the image, restore it there");
+	}
+	if (r < 0)
+		return r;
+	rc->restore_opts.runtime = rc->t.ops->runtime; /* m goes at MANIFEST */
+	rc->restore_opts.name = rc->o->name;
+	rc->restore_opts.gpu_map = rc->o->gpu_map;
+	rc->t.restore = &rc->restore_opts;
+	rc->t.dir = image_stage_root();
+	target_restore_names(&rc->t, m);
+	return rc->t.ops->restore_check ? rc->t.ops->restore_check(&rc->t, m, err) : 0;
+}
+
 static int preflight(struct receipt *rc, uint64_t estimate, struct stasis_error **err)
 {
 	const char *map = rc->o->gpu_map && strcmp(rc->o->gpu_map, "auto") ? rc->o->gpu_map : NULL;
-	int r = criu_version(err);
+	int r = container_preflight(rc, err);
 
+	if (r == 0)
+		r = criu_version(err);
 	if (r >= 0)
 		r = preflight_memory(estimate, err);
 	if (r == 0)
 		r = restore_gpu_preflight(&rc->m, map, &rc->plan, err);
 	rc->pidns = rc->m.nprocs && manifest_root(&rc->m)->ns_pid == 1;
-	if (r < 0 || rc->pidns)
+	/* A container comes back in PID namespaces of its own. */
+	if (r < 0 || rc->pidns || rc->t.ops)
 		return r;
 	/* The same PIDs as there: they must be free here. */
 	rc->lock_fd = pid_lock(manifest_root(&rc->m)->pid, err);
@@ -211,6 +251,10 @@ static int receive_image(struct receipt *rc, struct stasis_error **err)
 
 static void kill_restored(struct receipt *rc)
 {
+	if (rc->t.ops) {
+		rc->t.ops->destroy(&rc->t, &rc->m, rc->root, true, NULL);
+		return;
+	}
 	if (rc->root > 0)
 		kill(rc->root, SIGKILL); /* a PID namespace's init takes it all */
 	for (size_t i = 0; i < rc->m.nprocs && !rc->pidns; i++)
@@ -232,6 +276,13 @@ static int restore(struct receipt *rc, struct stasis_error **err)
 	uint64_t start = now_usec();
 	int r, served;
 
+	if (rc->t.ops) {
+		/* The target restores from the staging folder, its runtime's
+		 * logs in a folder there. */
+		rc->t.dir = rc->stage;
+		snprintf(rc->t.images, sizeof(rc->t.images), "%s", rc->stage);
+		return restore_target_handed_off(&rc->t, &rc->m, NULL, &rc->plan, &rc->root, err);
+	}
 	if (fault_at("criu-restore", 0))
 		return stasis_error_set(err, EIO, STASIS_DOMAIN_CRIU, 0,
 					"criu restore failed: injected fault");
@@ -265,6 +316,8 @@ static int handoff(struct receipt *rc, struct stasis_error **err)
 
 	json_object_object_add(o, "pid", json_object_new_int(rc->root));
 	json_object_object_add(o, "gpus", json_object_new_string(placement(rc)));
+	if (rc->t.ops)
+		json_object_object_add(o, "container", json_object_new_string(rc->t.id));
 	r = msg_send_json(rc->ch, WIRE_RESTORED, o);
 	if (r < 0)
 		r = stasis_error_set(err, EPIPE, STASIS_DOMAIN_SYSTEM, -r,
@@ -276,8 +329,9 @@ static int handoff(struct receipt *rc, struct stasis_error **err)
 	if (r < 0) {
 		kill_restored(rc);
 		stasis_error_wrap(err, "no handoff");
-		return stasis_error_hint(err, "the restored copy was killed; the source resumes "
-					      "its own");
+		return stasis_error_hint(err,
+					 "the restored copy was %s; the source resumes its own",
+					 rc->t.ops ? "deleted" : "killed");
 	}
 	return 0;
 }
@@ -303,6 +357,8 @@ static int receive_steps(struct receipt *rc, struct stasis_error **err)
 		r = handoff(rc, err);
 	manifest_add_phase(&rc->m, "total", now_usec() - start);
 	rc->st.restored_pid = r == 0 ? rc->root : 0;
+	if (r == 0 && rc->t.ops)
+		snprintf(rc->st.container, sizeof(rc->st.container), "%s", rc->t.id);
 	return r;
 }
 

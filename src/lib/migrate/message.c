@@ -111,6 +111,8 @@ char *stasis_migrate_json(const struct manifest *m, const struct stasis_migrate_
 	if (st->restored_pid)
 		json_object_object_add(root, "restored_pid", json_object_new_int(st->restored_pid));
 	json_object_object_add(root, "peer", json_object_new_string(st->peer));
+	if (st->container[0])
+		json_object_object_add(root, "container", json_object_new_string(st->container));
 	if (st->gpus[0])
 		json_object_object_add(root, "gpus", json_object_new_string(st->gpus));
 	text = strdup(json_object_to_json_string_ext(root, JSON_C_TO_STRING_PLAIN));

@@ -24,10 +24,10 @@ int stasis_compress_parse(const char *text, enum stasis_compress *out);
 
 struct stasis_migrate_options {
 	pid_t pid;
-	const char *runtime; /* "runc" (not yet supported), or NULL */
-	const char *container;
-	const char *to;	      /* "HOST:PORT" */
-	const char *key_file; /* at least 32 bytes, mode 0600 or stricter */
+	const char *runtime;   /* "runc" for a container, NULL for a tree */
+	const char *container; /* its id, with runtime */
+	const char *to;	       /* "HOST:PORT" */
+	const char *key_file;  /* at least 32 bytes, mode 0600 or stricter */
 	enum stasis_compress compress;
 	unsigned int lock_timeout_ms;
 };
@@ -38,13 +38,14 @@ struct stasis_migrate_stats {
 	uint64_t wire_bytes; /* bytes of messages (inside TLS) */
 	uint64_t pause_us;   /* source: from the GPU lock until the destination ran */
 	pid_t restored_pid;  /* the destination's root (its PID there) */
+	char container[256]; /* the container's id there; empty for a tree */
 	char peer[128];
 	char gpus[512]; /* the destination's GPU placement, in words */
 };
 
-/* Migrate the tree rooted at pid to a `stasis receive` at to; m receives
- * the manifest with the timings of every phase. On failure the tree runs
- * here again and the error says so. */
+/* Migrate the tree rooted at pid, or the container, to a `stasis
+ * receive` at to; m receives the manifest with the timings of every
+ * phase. On failure the workload runs here again and the error says so. */
 int stasis_migrate(const struct stasis_migrate_options *o, struct manifest *m,
 		   struct stasis_migrate_stats *st, struct stasis_error **err);
 
@@ -52,6 +53,7 @@ struct stasis_receive_options {
 	const char *listen;   /* "ADDR:PORT" */
 	const char *key_file; /* the source's */
 	const char *gpu_map;  /* "OLD=NEW,...", or NULL / "auto" */
+	const char *name;     /* a container's new id there; NULL: its own */
 	bool once;	      /* return after the first migration */
 };
 

@@ -1,12 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /* stasis migrate, the source: preflight here, then the destination's
- * preflight (HELLO, READY), then the GPU lock and checkpoint, then CRIU's
- * dump with its pages images going through pipes (image-pipe.c) straight
- * onto the wire and its other images into a staging folder in memory,
- * sent once CRIU is done. CRIU's post-dump notification, which holds the
- * tree frozen, waits for the destination's RESTORED: then COMMIT goes out
- * and CRIU kills the tree here. Anything else (a refusal, the connection
- * gone, SIGTERM) answers non-zero there, so CRIU resumes the tree, and the
+ * preflight (HELLO, READY), then the GPU lock and checkpoint, then the
+ * target's dump (CRIU's for a tree, runc's for a container) with its pages
+ * images going through pipes (image-pipe.c) straight onto the wire and its
+ * other images into a staging folder in memory, sent once the dump is
+ * done. The target holds the workload frozen meanwhile (CRIU's post-dump
+ * notification; a paused container) and waits for the destination's
+ * RESTORED: then COMMIT goes out and the workload goes here. Anything else
+ * (a refusal, the connection gone, SIGTERM) has it run again here, and the
  * GPU state is rolled back. */
 #include <dirent.h>
 #include <errno.h>
@@ -32,6 +33,7 @@
 #include "stasis.h"
 #include "steps.h"
 #include "stream.h"
+#include "target.h"
 #include "util.h"
 
 #define WHO "the destination"
@@ -41,6 +43,7 @@
 
 /* One migration per run: CRIU's notification has no user pointer. */
 static struct {
+	struct target *t;
 	struct tls_channel *ch;
 	struct stream_out *stream;
 	struct page_pipes *pipes;
@@ -49,7 +52,7 @@ static struct {
 	struct stasis_error **err;
 	char stage[PATH_MAX];
 	int stagefd;
-	uint64_t dump_start, frozen_start;
+	uint64_t frozen_start;
 	uint64_t manifest_bytes; /* on the wire, beside the stream's */
 	int result;
 	bool committed;
@@ -131,7 +134,7 @@ static int send_manifest(struct stasis_error **err)
 static int await_restored(struct stasis_error **err)
 {
 	_cleanup_free_ unsigned char *buf = malloc(WIRE_MAX_PAYLOAD);
-	json_object *o, *pid = NULL, *gpus = NULL;
+	json_object *o, *pid = NULL, *gpus = NULL, *container = NULL;
 	struct wire_header h;
 	int r;
 
@@ -149,6 +152,9 @@ static int await_restored(struct stasis_error **err)
 		mig.st->restored_pid = json_object_get_int(pid);
 	if (json_object_object_get_ex(o, "gpus", &gpus))
 		snprintf(mig.st->gpus, sizeof(mig.st->gpus), "%s", json_object_get_string(gpus));
+	if (json_object_object_get_ex(o, "container", &container))
+		snprintf(mig.st->container, sizeof(mig.st->container), "%s",
+			 json_object_get_string(container));
 	json_object_put(o);
 	return 0;
 }
@@ -167,19 +173,15 @@ static int stream_failed(struct stasis_error **err)
 				"sending the image to %s failed: %s", WHO, strerror(-r));
 }
 
-/* CRIU holds the tree frozen here: 0 lets it kill the tree, which only
- * a destination that runs it may allow. */
-static int on_criu_notify(const char *action)
+/* The target holds the workload frozen here: 0 lets it go, which only a
+ * destination that runs it may allow. */
+static int on_held(void *ctx)
 {
-	uint64_t start;
+	uint64_t start = now_usec();
 	int r;
 
-	if (strcmp(action, "post-dump") != 0)
-		return 0;
+	(void)ctx;
 	page_pipes_stop(mig.pipes);
-	progress_end();
-	manifest_add_phase(mig.m, "criu_dump", now_usec() - mig.dump_start);
-	start = now_usec();
 	r = stream_failed(mig.err);
 	if (r == 0)
 		r = checkpoint_check_interrupted("sigterm-before-manifest", "sending the manifest",
@@ -193,6 +195,8 @@ static int on_criu_notify(const char *action)
 	if (r == 0)
 		r = await_restored(mig.err);
 	manifest_add_phase(mig.m, "remote_restore", now_usec() - start);
+	if (r == 0)
+		r = checkpoint_check_interrupted("sigterm-before-commit", "the handoff", mig.err);
 	/* Committed only once COMMIT is on its way: without it the
 	 * destination kills its copy. */
 	if (r == 0 && (r = tls_send(mig.ch, WIRE_COMMIT, 0, NULL, 0)) < 0)
@@ -201,7 +205,7 @@ static int on_criu_notify(const char *action)
 	mig.st->pause_us = now_usec() - mig.frozen_start;
 	mig.committed = r == 0;
 	mig.result = r;
-	return r < 0 ? 1 : 0;
+	return r;
 }
 
 static int make_stage(size_t nprocs, struct stasis_error **err)
@@ -215,6 +219,8 @@ static int make_stage(size_t nprocs, struct stasis_error **err)
 	}
 	if (r == 0 && (mig.stagefd = open(mig.stage, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
 		r = -errno;
+	mig.t->dir = mig.stage;
+	snprintf(mig.t->images, sizeof(mig.t->images), "%s", mig.stage);
 	if (r == 0)
 		r = page_pipes_start(mig.stagefd, (unsigned int)(nprocs + PIPES_SPARE),
 				     PIPE_BUFFERS, PACK_FRAME, deliver, NULL, &mig.pipes);
@@ -238,34 +244,30 @@ static void drop_stage(void)
 	mig.stage[0] = '\0';
 }
 
-static int dump_to_wire(const struct stasis_migrate_options *o, struct stasis_error **err)
+static int dump_to_wire(struct stasis_error **err)
 {
-	struct criu_dump_request req = {
-	    .pid = o->pid,
-	    .images_dir = mig.stage,
-	    .log_file = "dump.log",
-	    .notify = on_criu_notify,
-	};
 	int r;
 
 	mig.result = 0;
-	mig.dump_start = now_usec();
-	if (fault_at("criu-dump", 0))
-		return stasis_error_set(err, EIO, STASIS_DOMAIN_CRIU, 0,
-					"criu dump failed: injected fault");
-	progress_begin("CRIU dump of %zu process%s to %s", mig.m->nprocs,
-		       mig.m->nprocs == 1 ? "" : "es", WHO);
-	r = criu_run_dump(&req, err);
-	progress_end();
+	r = mig.t->ops->dump_held(mig.t, mig.m, on_held, NULL, err);
 	/* CRIU reports the refused notification; the cause is ours. */
 	return mig.result < 0 ? mig.result : r;
 }
 
-/* After a failure CRIU resumed the tree and the GPU state was rolled
- * back: say whether it runs. */
+/* After a failure the target resumed the workload and the GPU state was
+ * rolled back: say whether it runs (a container: runc says running). */
 static int confirm_running(struct stasis_error **err)
 {
-	for (size_t i = 0; i < mig.m->nprocs; i++) {
+	_cleanup_error_ struct stasis_error *stopped = NULL;
+
+	/* A container's short-lived processes (a shell's children) may have
+	 * ended since: its runtime says whether it runs. */
+	if (mig.t->ops->runtime && mig.t->ops->find(mig.t, &stopped) < 0) {
+		stasis_error_wrap(err, "migration failed");
+		return stasis_error_hint(err, "and it did not run again here: %s",
+					 stopped->message);
+	}
+	for (size_t i = 0; i < mig.m->nprocs && !mig.t->ops->runtime; i++) {
 		char s = proc_state(mig.m->procs[i].pid);
 
 		if (!s || s == 'Z' || s == 'T' || s == 't') {
@@ -314,7 +316,7 @@ static int remote_preflight(const struct stasis_migrate_options *o, struct stasi
 	return 0;
 }
 
-/* Everything that must hold before the tree changes, here and there. */
+/* Everything that must hold before the workload changes, here and there. */
 static int prepare(const struct stasis_migrate_options *o, struct gpu_batch *batch,
 		   const struct tls_key *key, struct stasis_error **err)
 {
@@ -325,10 +327,11 @@ static int prepare(const struct stasis_migrate_options *o, struct gpu_batch *bat
 		return r;
 	mig.m->criu_version = r;
 	checkpoint_fill_host_facts(mig.m);
-	r = proc_tree_describe(o->pid, mig.m, err);
+	r = mig.t->ops->describe(mig.t, mig.m, err);
 	/* A tree that is its own PID namespace comes back in a new one, under
-	 * the same PIDs inside it: the destination finds it by those. */
-	if (r == 0 && proc_ns_pid(o->pid) == 1)
+	 * the same PIDs inside it: the destination finds it by those. (A
+	 * container's processes carry them already.) */
+	if (r == 0 && !mig.m->container.runtime && proc_ns_pid(mig.t->root) == 1)
 		for (size_t i = 0; i < mig.m->nprocs; i++)
 			mig.m->procs[i].ns_pid = proc_ns_pid(mig.m->procs[i].pid);
 	if (r == 0)
@@ -369,7 +372,7 @@ static int migrate_frozen(const struct stasis_migrate_options *o, struct gpu_bat
 			return r;
 		return confirm_running(err);
 	}
-	r = dump_to_wire(o, err);
+	r = dump_to_wire(err);
 	r = checkpoint_dump_end(batch, mig.m, false, r, err);
 	if (r < 0 && !mig.committed)
 		return confirm_running(err);
@@ -420,37 +423,54 @@ static void restart_after_signals(void)
 	}
 }
 
+/* The workload's target, found and checked before anything changes. */
+static int find_target(const struct stasis_migrate_options *o, struct target *t,
+		       struct stasis_error **err)
+{
+	int r = target_for_runtime(o->runtime, &t->ops, err);
+
+	if (r == 0 && !t->ops->dump_held) {
+		stasis_error_set(err, ENOTSUP, STASIS_DOMAIN_USAGE, 0,
+				 "migrating a %s container is not supported yet", o->runtime);
+		return stasis_error_hint(err, "checkpoint it, copy the image, restore it there");
+	}
+	return r < 0 ? r : t->ops->find(t, err);
+}
+
 int stasis_migrate(const struct stasis_migrate_options *o, struct manifest *m,
 		   struct stasis_migrate_stats *st, struct stasis_error **err)
 {
+	const struct stasis_checkpoint_options co = {
+	    .pid = o->pid,
+	    .runtime = o->runtime,
+	    .container = o->container,
+	    .lock_timeout_ms = o->lock_timeout_ms,
+	};
 	_cleanup_free_ unsigned char *secret = NULL;
+	struct target t = {.checkpoint = &co};
 	struct tls_key key = {0};
 	int r, lock_fd;
 
 	memset(st, 0, sizeof(*st));
+	mig.t = &t;
 	mig.m = m;
 	mig.st = st;
 	mig.err = err;
 	signal(SIGPIPE, SIG_IGN);
 	restart_after_signals();
 	r = stasis_require_root(err);
-	if (r == 0 && o->runtime) {
-		stasis_error_set(err, ENOTSUP, STASIS_DOMAIN_USAGE, 0,
-				 "migrating a container is not supported yet");
-		r = stasis_error_hint(err, "checkpoint it, copy the image, restore it there");
-	}
 	if (r == 0)
 		r = wire_key_load(o->key_file, &secret, &key.len, err);
 	key.data = secret;
 	if (r == 0)
-		r = checkpoint_preflight_tree(o->pid, false, err);
+		r = find_target(o, &t, err);
 	if (r < 0)
 		return r;
-	lock_fd = pid_lock(o->pid, err);
+	lock_fd = pid_lock(t.root, err);
 	if (lock_fd < 0)
 		return lock_fd;
 	r = migrate_locked(o, &key, err);
-	pid_unlock(o->pid, lock_fd);
+	pid_unlock(t.root, lock_fd);
 	if (secret)
 		explicit_bzero(secret, key.len);
 	return r;

@@ -86,6 +86,38 @@ static int runc_dump(struct target *t, struct manifest *m, struct stasis_error *
 	return r;
 }
 
+/* Migration: the container is paused (its cgroup frozen) before runc's
+ * CRIU dumps it with --leave-running, which leaves the cgroup as it found
+ * it, frozen, until held() decides: its processes killed without running
+ * again, or the container resumed. */
+static int runc_dump_held(struct target *t, struct manifest *m, int (*held)(void *ctx), void *ctx,
+			  struct stasis_error **err)
+{
+	char work[PATH_MAX + 8];
+	uint64_t start = now_usec();
+	int r;
+
+	if (fault_at("criu-dump", 0))
+		return stasis_error_set(err, EIO, STASIS_DOMAIN_CRIU, 0,
+					"runc checkpoint failed: injected fault");
+	r = runc_pause(t->id, err);
+	if (r < 0)
+		return r;
+	snprintf(work, sizeof(work), "%s/runc", t->dir);
+	progress_begin("runc checkpoint of %zu process%s", m->nprocs, m->nprocs == 1 ? "" : "es");
+	r = runc_checkpoint(NULL, t->id, t->images, work, true, err);
+	progress_end();
+	manifest_add_phase(m, "runc_checkpoint", now_usec() - start);
+	if (r == 0)
+		r = held(ctx);
+	if (r == 0) {
+		runc_kill_paused(t->id);
+		return 0;
+	}
+	runc_resume(t->id, NULL);
+	return r;
+}
+
 static int runc_restore_check(struct target *t, const struct manifest *m, struct stasis_error **err)
 {
 	char config[PATH_MAX + 16];
@@ -115,12 +147,19 @@ static int runc_restore_images(struct target *t, struct manifest *m,
 			       struct stasis_error **err)
 {
 	char work[PATH_MAX];
+	struct runc_container c;
+	int r;
 
 	if (fault_at("criu-restore", 0))
 		return stasis_error_set(err, EIO, STASIS_DOMAIN_CRIU, 0,
 					"runc restore failed: injected fault");
 	snprintf(work, sizeof(work), "%s/restore-%d", t->dir, (int)getpid());
-	return runc_restore(t->id, t->bundle, t->images, work, err);
+	r = runc_restore(t->id, t->bundle, t->images, work, err);
+	/* A migration's image was made while the container was paused, and
+	 * CRIU restores the freezer's state too (after the GPU restore). */
+	if (r == 0 && runc_state(t->id, &c, NULL) == 0 && strcmp(c.status, "paused") == 0)
+		r = runc_resume(t->id, err);
+	return r;
 }
 
 static int runc_adopt(struct target *t, struct manifest *m, pid_t *root, struct stasis_error **err)
@@ -153,6 +192,7 @@ const struct target_ops target_runc = {
     .find = runc_find,
     .describe = runc_describe,
     .dump = runc_dump,
+    .dump_held = runc_dump_held,
     .restore_check = runc_restore_check,
     .restore = runc_restore_images,
     .adopt = runc_adopt,

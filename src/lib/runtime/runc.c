@@ -175,3 +175,34 @@ void runc_destroy(const char *id)
 
 	exec_run(argv, NULL);
 }
+
+/* runc COMMAND ID, its last line of output in the error. */
+static int run_simple(const char *command, const char *id, struct stasis_error **err)
+{
+	const char *argv[] = {runc_binary(), command, id, NULL};
+	_cleanup_free_ char *out = NULL;
+	int r = exec_run(argv, &out);
+
+	if (r == 0)
+		return 0;
+	return stasis_error_set(err, EIO, STASIS_DOMAIN_USAGE, 0, "runc %s %s failed: %s", command,
+				id, out ? last_line(out) : "it did not run");
+}
+
+int runc_pause(const char *id, struct stasis_error **err)
+{
+	return run_simple("pause", id, err);
+}
+
+int runc_resume(const char *id, struct stasis_error **err)
+{
+	return run_simple("resume", id, err);
+}
+
+void runc_kill_paused(const char *id)
+{
+	const char *argv[] = {runc_binary(), "kill", "--all", id, "KILL", NULL};
+
+	exec_run(argv, NULL);
+	runc_destroy(id);
+}

@@ -41,4 +41,13 @@ int runc_restore(const char *id, const char *bundle, const char *images, const c
 /* Kill and delete a container (after a failed restore). */
 void runc_destroy(const char *id);
 
+/* runc pause / runc resume: its cgroup frozen or thawed. */
+int runc_pause(const char *id, struct stasis_error **err);
+int runc_resume(const char *id, struct stasis_error **err);
+
+/* SIGKILL to every process of a paused container, which runc thaws to
+ * deliver it: none of them runs another instruction of its own. Then
+ * delete it. */
+void runc_kill_paused(const char *id);
+
 #endif

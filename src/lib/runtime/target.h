@@ -63,6 +63,13 @@ struct target_ops {
 	 * memory) into t->dir; the workload is gone after unless
 	 * leave_running. Records its phase in m. */
 	int (*dump)(struct target *t, struct manifest *m, struct stasis_error **err);
+	/* Migration (migrate/source.c): save the processes into t->images,
+	 * whose pages images are pipes to the wire, and call held(ctx) while
+	 * they are still frozen. Its 0 lets the dump end the workload here;
+	 * anything else has it run again, and is returned. NULL: the target
+	 * is not migrated. */
+	int (*dump_held)(struct target *t, struct manifest *m, int (*held)(void *ctx), void *ctx,
+			 struct stasis_error **err);
 	/* Restore. restore_check: before anything runs (the name free, the
 	 * bundle there, the runtime answering); CRIU is checked after it. May
 	 * be NULL. */
@@ -112,6 +119,14 @@ int target_for_runtime(const char *runtime, const struct target_ops **ops,
  * asked for (--runtime). */
 int target_for_image(const struct manifest *m, const char *runtime, const struct target_ops **ops,
 		     struct stasis_error **err);
+
+/* The target's restore of m from t->images with the GPU handoff serving
+ * beside it (plan from restore_gpu_preflight), the image verified already
+ * when verifier is NULL; after a failure the target removes what it
+ * brought back. restore.c's, for migrate/dest.c too. */
+int restore_target_handed_off(struct target *t, struct manifest *m, struct image_verifier *verifier,
+			      const struct gpu_plan *plan, pid_t *root_out,
+			      struct stasis_error **err);
 
 /* Every container of every runtime that answers; a runtime that is not
  * installed or not running has none. The caller frees *list. */

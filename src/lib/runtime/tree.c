@@ -131,6 +131,53 @@ static int tree_dump(struct target *t, struct manifest *m, struct stasis_error *
 	return post_dump.result < 0 ? post_dump.result : r;
 }
 
+/* Migration: CRIU holds the tree frozen in its post-dump notification
+ * while the migration decides (CRIU calls back without a user pointer;
+ * one stasis run does one migration). */
+static struct {
+	struct manifest *m;
+	int (*held)(void *ctx);
+	void *ctx;
+	uint64_t dump_start;
+	int result;
+} held_dump;
+
+static int on_held_notify(const char *action)
+{
+	if (strcmp(action, "post-dump") != 0)
+		return 0;
+	progress_end();
+	manifest_add_phase(held_dump.m, "criu_dump", now_usec() - held_dump.dump_start);
+	held_dump.result = held_dump.held(held_dump.ctx);
+	return held_dump.result < 0 ? 1 : 0;
+}
+
+static int tree_dump_held(struct target *t, struct manifest *m, int (*held)(void *ctx), void *ctx,
+			  struct stasis_error **err)
+{
+	struct criu_dump_request req = {
+	    .pid = t->root,
+	    .images_dir = t->images,
+	    .log_file = "dump.log",
+	    .notify = on_held_notify,
+	};
+	int r;
+
+	held_dump.m = m;
+	held_dump.held = held;
+	held_dump.ctx = ctx;
+	held_dump.result = 0;
+	held_dump.dump_start = now_usec();
+	if (fault_at("criu-dump", 0))
+		return stasis_error_set(err, EIO, STASIS_DOMAIN_CRIU, 0,
+					"criu dump failed: injected fault");
+	progress_begin("CRIU dump of %zu process%s", m->nprocs, m->nprocs == 1 ? "" : "es");
+	r = criu_run_dump(&req, err);
+	progress_end();
+	/* CRIU reports the refused notification; the cause is ours. */
+	return held_dump.result < 0 ? held_dump.result : r;
+}
+
 /* What the post-restore notification needs (CRIU calls back without a
  * user pointer; one stasis run does one restore). */
 static struct {
@@ -231,6 +278,7 @@ const struct target_ops target_tree = {
     .find = tree_find,
     .describe = tree_describe,
     .dump = tree_dump,
+    .dump_held = tree_dump_held,
     .restore = tree_restore,
     .destroy = tree_destroy,
 };
