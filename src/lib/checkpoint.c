@@ -110,13 +110,14 @@ int checkpoint_seal_image(const char *dir, struct manifest *m, struct image_foll
 
 /* A staged image goes to its folder once the workload runs again; it is
  * complete, with its manifest, only once its pages are on disk. */
-static int checkpoint_seal_staged(struct target *t, struct manifest *m, struct stasis_error **err)
+static int checkpoint_seal_staged(struct target *t, struct manifest *m, struct image_stager *stager,
+				  struct stasis_error **err)
 {
 	uint64_t start = now_usec();
 	int r;
 
 	progress_begin("writing the image from memory to %s", t->dir);
-	r = image_stage_commit(t->stage, t->dir, m, err);
+	r = image_stage_commit(stager, m, err);
 	manifest_add_phase(m, "stage_write", now_usec() - start);
 	progress_end();
 	if (r == 0)
@@ -282,22 +283,30 @@ static int checkpoint_dump(struct target *t, struct manifest *m, struct gpu_batc
 {
 	bool leave_running = t->checkpoint->leave_running;
 	struct image_follower *follower = NULL;
-	int r;
+	struct image_stager *stager = NULL;
+	int r = 0;
 
-	if (!t->ops->seals_in_dump && !t->stage[0])
+	if (t->stage[0])
+		r = image_stage_start(t->stage, t->dir, &stager, err);
+	else if (!t->ops->seals_in_dump)
 		image_follow_start(t->dir, &follower, NULL);
+	if (r < 0) {
+		gpu_rollback(batch, err);
+		return r;
+	}
 	r = t->ops->dump(t, m, err);
 	r = checkpoint_dump_end(batch, m, leave_running, r, err);
 	if (r == 0 && leave_running)
 		manifest_add_phase(m, "pause", now_usec() - pause_start);
-	if (r == 0 && t->stage[0])
-		r = checkpoint_seal_staged(t, m, err);
+	if (r == 0 && stager)
+		r = checkpoint_seal_staged(t, m, stager, err);
 	else if (r == 0 && !t->ops->seals_in_dump) {
 		r = checkpoint_seal_image(t->dir, m, follower, err);
 		if (r < 0 && !leave_running)
 			recover_from_image(t, m, err);
 	}
 	image_follow_free(follower);
+	image_stage_free(stager);
 	return r;
 }
 

@@ -2,6 +2,18 @@
 # --leave-running staged in memory: the tree runs again before the image is
 # written; the image is complete only once it is on disk. Sourced by run.
 
+# Once the checkpoint in the background has begun writing the image
+# (STASIS_FAULT=stage-slow holds that part back), the workload of $1
+# counts again: stasis is in its write from memory.
+wait_runs_again() {
+	for _ in $(seq 500); do [ -n "$(ls "$1/img/criu" 2>/dev/null)" ] && break; sleep 0.01; done
+	[ -n "$(ls "$1/img/criu" 2>/dev/null)" ] || { fail "the image was never written"; return 1; }
+	local at
+	at=$(counter "$1")
+	wait_counter "$1" $((at + 3)) || { fail "the workload does not run again"; return 1; }
+	[ ! -e "$1/img/manifest.json" ] || { fail "the image was done before the test's signal"; return 1; }
+}
+
 # The staging folders stasis left in $1 (its stage root).
 stages_in() { find "$1" -maxdepth 1 -name 'stasis-stage-*' 2>/dev/null; }
 
@@ -60,8 +72,7 @@ test_stage_killed_while_writing() {
 	STASIS_STAGE_DIR=$root STASIS_FAULT=stage-slow "$STASIS" checkpoint "$pid" -D "$w/img" \
 		--leave-running &
 	cp=$!
-	for _ in $(seq 500); do [ -n "$(ls "$w/img/criu" 2>/dev/null)" ] && break; sleep 0.01; done
-	[ -n "$(ls "$w/img/criu" 2>/dev/null)" ] || { fail "the image was never written"; return 1; }
+	wait_runs_again "$w" || return 1
 	kill -9 "$cp"
 	reap "$cp"
 	[ ! -e "$w/img/manifest.json" ] || { fail "an image cut short has a manifest"; return 1; }
@@ -86,7 +97,7 @@ test_stage_interrupted_while_writing() {
 	STASIS_STAGE_DIR=$root STASIS_FAULT=stage-slow "$STASIS" checkpoint "$pid" -D "$w/img" \
 		--leave-running 2>"$w/err" &
 	cp=$!
-	for _ in $(seq 500); do [ -n "$(ls "$w/img/criu" 2>/dev/null)" ] && break; sleep 0.01; done
+	wait_runs_again "$w" || return 1
 	kill -TERM "$cp"
 	wait "$cp" && { fail "an interrupted checkpoint succeeded"; return 1; }
 	[ "$(wc -l <"$w/err")" = 1 ] || { fail "not one line: $(cat "$w/err")"; return 1; }

@@ -2,12 +2,16 @@
 /* Staging a --leave-running checkpoint in memory (image-stage.h). The copy
  * to the image folder reads each staged file once: it hashes what it
  * writes, and punches the written range out of tmpfs so that the staged
- * image gives its memory back as it goes. */
+ * image gives its memory back as it goes. The pages images are copied
+ * while CRIU still writes them, as the page cache's writeback would for
+ * an image dumped straight to disk, so that the disk is busy during the
+ * pause too; CRIU itself never waits for the disk. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +30,7 @@
 #define STAGE_PREFIX "stasis-stage-"
 #define STAGE_CHUNK (8u << 20)
 #define STAGE_THREADS 4
+#define STAGE_IDLE_US 5000
 
 int image_stage_make(char out[PATH_MAX], struct stasis_error **err)
 {
@@ -76,98 +81,230 @@ void image_stage_sweep(void)
 		closedir(d);
 }
 
-struct stage_file {
+struct staged_file {
 	char name[256];
+	int in, out;
+	XXH3_state_t *state;
+	uint64_t done, flushed;	      /* copied and hashed; writeback started */
 	struct manifest_file *listed; /* its manifest entry; NULL for CRIU's log */
 };
 
-struct stage_copy {
+struct image_stager {
+	char dir[PATH_MAX];
 	int from, to; /* the staging folder, DIR/criu */
-	struct stage_file *files;
-	size_t nfiles, next, failed;
+	DIR *scan;    /* the staging folder, for the follower */
+	pthread_t follower;
+	bool following;
+	atomic_bool stop;
+	char *buf; /* the follower's */
+	struct staged_file *files;
+	size_t nfiles, cap;
+	int follow_error; /* the follower's first, as -errno */
+	/* The commit's workers take files in turn under the lock. */
 	pthread_mutex_t lock;
-	int error; /* the first, as -errno */
+	size_t next, failed;
+	int error;
 };
 
-/* Copy [0, size) of in to out, hashed into state, giving back the staged
- * memory behind it. */
-static int copy_hashed(int in, int out, uint64_t size, XXH3_state_t *state, char *buf)
+static struct staged_file *find_file(struct image_stager *s, const char *name)
 {
-	uint64_t done = 0, flushed = 0;
+	for (size_t i = 0; i < s->nfiles; i++)
+		if (strcmp(s->files[i].name, name) == 0)
+			return &s->files[i];
+	return NULL;
+}
 
-	while (done < size) {
-		ssize_t n = pread(in, buf, STAGE_CHUNK, (off_t)done);
+/* Open name in the stage and create it in DIR/criu; the array may move. */
+static int add_file(struct image_stager *s, const char *name)
+{
+	struct staged_file *f;
+	struct stat st;
+
+	if (s->nfiles == s->cap) {
+		size_t cap = s->cap ? 2 * s->cap : 32;
+		struct staged_file *grown = realloc(s->files, cap * sizeof(*grown));
+
+		if (!grown)
+			return -ENOMEM;
+		s->files = grown;
+		s->cap = cap;
+	}
+	f = &s->files[s->nfiles];
+	*f = (struct staged_file){.in = -1, .out = -1};
+	snprintf(f->name, sizeof(f->name), "%s", name);
+	f->in = openat(s->from, name, O_RDWR | O_CLOEXEC);
+	if (f->in < 0 || fstat(f->in, &st) < 0)
+		goto fail;
+	f->out = openat(s->to, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, st.st_mode & 0777);
+	if (f->out < 0)
+		goto fail;
+	f->state = XXH3_createState();
+	if (!f->state) {
+		errno = ENOMEM;
+		goto fail;
+	}
+	XXH3_128bits_reset(f->state);
+	s->nfiles++;
+	return 0;
+fail:;
+	int e = errno;
+
+	if (f->in >= 0)
+		close(f->in);
+	if (f->out >= 0)
+		close(f->out);
+	return -e;
+}
+
+/* Copy f from where it stands to the end it has now, hashed, giving back
+ * the staged memory behind it. */
+static int copy_tail(struct staged_file *f, char *buf, bool final)
+{
+	struct stat st;
+
+	if (fstat(f->in, &st) < 0)
+		return -errno;
+	while (f->done < (uint64_t)st.st_size) {
+		ssize_t n = pread(f->in, buf, STAGE_CHUNK, (off_t)f->done);
 		int r;
 
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n <= 0)
 			return n < 0 ? -errno : -EIO; /* the staged file shrank */
-		if (stasis_interrupted())
+		if (final && stasis_interrupted())
 			return -EINTR;
-		if (fault_at("stage-slow", 0))
-			usleep(200000);
-		XXH3_128bits_update(state, buf, (size_t)n);
-		r = write_all(out, buf, (size_t)n);
+		if (final && fault_at("stage-slow", 0))
+			usleep(500000);
+		XXH3_128bits_update(f->state, buf, (size_t)n);
+		r = write_all(f->out, buf, (size_t)n);
 		if (r < 0)
 			return r;
-		fallocate(in, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)done, n);
-		done += (uint64_t)n;
-		flushed = image_flush_step(out, flushed, done);
+		fallocate(f->in, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)f->done, n);
+		f->done += (uint64_t)n;
+		f->flushed = image_flush_step(f->out, f->flushed, f->done);
 	}
 	return 0;
 }
 
-static int copy_one(const struct stage_copy *c, struct stage_file *f, char *buf)
+static int follow_add(void *ctx, const char *name)
 {
-	_cleanup_close_ int in = openat(c->from, f->name, O_RDWR | O_CLOEXEC);
-	_cleanup_close_ int out = -1;
-	XXH3_state_t *state;
-	struct stat st;
-	int r;
+	struct image_stager *s = ctx;
 
-	if (in < 0 || fstat(in, &st) < 0)
-		return -errno;
-	out = openat(c->to, f->name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, st.st_mode & 0777);
-	if (out < 0)
-		return -errno;
-	state = XXH3_createState();
-	if (!state)
-		return -ENOMEM;
-	XXH3_128bits_reset(state);
-	r = copy_hashed(in, out, (uint64_t)st.st_size, state, buf);
-	if (r == 0 && f->listed) {
-		hash_hex(state, f->listed->xxh128);
-		f->listed->size = (uint64_t)st.st_size;
-	}
-	XXH3_freeState(state);
-	return r;
+	return find_file(s, name) ? 0 : add_file(s, name);
 }
 
-static void *copy_worker(void *arg)
+/* While CRIU dumps: the pages images as they grow. */
+static void *follow_thread(void *arg)
 {
-	struct stage_copy *c = arg;
+	struct image_stager *s = arg;
+
+	while (!atomic_load(&s->stop)) {
+		uint64_t before = 0, after = 0;
+		int r = image_scan_pages(s->scan, follow_add, s);
+
+		for (size_t i = 0; i < s->nfiles && r == 0; i++) {
+			before += s->files[i].done;
+			r = copy_tail(&s->files[i], s->buf, false);
+			after += s->files[i].done;
+		}
+		if (r < 0) {
+			s->follow_error = r;
+			return NULL;
+		}
+		if (after == before)
+			usleep(STAGE_IDLE_US);
+	}
+	return NULL;
+}
+
+int image_stage_start(const char *stage, const char *dir, struct image_stager **out,
+		      struct stasis_error **err)
+{
+	struct image_stager *s = calloc(1, sizeof(*s));
+	char sub[PATH_MAX];
+
+	if (!s)
+		return stasis_error_errno(err, ENOMEM, "out of memory");
+	snprintf(s->dir, sizeof(s->dir), "%s", dir);
+	snprintf(sub, sizeof(sub), "%s/%s", dir, IMAGE_CRIU_SUBDIR);
+	pthread_mutex_init(&s->lock, NULL);
+	s->from = open(stage, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	s->to = open(sub, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	s->scan = opendir(stage);
+	s->buf = malloc(STAGE_CHUNK);
+	if (s->from < 0 || s->to < 0 || !s->scan || !s->buf) {
+		int e = s->buf ? errno : ENOMEM;
+
+		image_stage_free(s);
+		return stasis_error_errno(err, e, "staging the image in %s: %s", stage,
+					  strerror(e));
+	}
+	if (pthread_create(&s->follower, NULL, follow_thread, s) != 0) {
+		image_stage_free(s);
+		return stasis_error_errno(err, EAGAIN, "starting the staged image's writer");
+	}
+	s->following = true;
+	*out = s;
+	return 0;
+}
+
+static void follow_stop(struct image_stager *s)
+{
+	if (!s->following)
+		return;
+	atomic_store(&s->stop, true);
+	pthread_join(s->follower, NULL);
+	s->following = false;
+}
+
+void image_stage_free(struct image_stager *s)
+{
+	if (!s)
+		return;
+	follow_stop(s);
+	for (size_t i = 0; i < s->nfiles; i++) {
+		close(s->files[i].in);
+		close(s->files[i].out);
+		if (s->files[i].state)
+			XXH3_freeState(s->files[i].state);
+	}
+	free(s->files);
+	if (s->scan)
+		closedir(s->scan);
+	if (s->from >= 0)
+		close(s->from);
+	if (s->to >= 0)
+		close(s->to);
+	free(s->buf);
+	pthread_mutex_destroy(&s->lock);
+	free(s);
+}
+
+static void *commit_worker(void *arg)
+{
+	struct image_stager *s = arg;
 	_cleanup_free_ char *buf = malloc(STAGE_CHUNK);
 
 	for (;;) {
 		size_t i;
 		int r;
 
-		pthread_mutex_lock(&c->lock);
-		i = c->next++;
-		pthread_mutex_unlock(&c->lock);
-		if (i >= c->nfiles)
+		pthread_mutex_lock(&s->lock);
+		i = s->next++;
+		pthread_mutex_unlock(&s->lock);
+		if (i >= s->nfiles)
 			return NULL;
-		r = buf ? copy_one(c, &c->files[i], buf) : -ENOMEM;
-		pthread_mutex_lock(&c->lock);
-		if (r < 0 && !c->error) {
-			c->error = r;
-			c->failed = i;
+		r = buf ? copy_tail(&s->files[i], buf, true) : -ENOMEM;
+		pthread_mutex_lock(&s->lock);
+		if (r < 0 && !s->error) {
+			s->error = r;
+			s->failed = i;
 		}
 		/* After one failure the image is lost: the rest need not come. */
-		if (c->error)
-			c->next = c->nfiles;
-		pthread_mutex_unlock(&c->lock);
+		if (s->error)
+			s->next = s->nfiles;
+		pthread_mutex_unlock(&s->lock);
 	}
 }
 
@@ -178,101 +315,87 @@ static bool is_log(const char *name)
 	return len > 4 && strcmp(name + len - 4, ".log") == 0;
 }
 
-/* The staged files, each with its manifest entry unless it is a log. */
-static int list_staged(struct stage_copy *c, struct manifest *m)
+/* Every staged file the follower did not take, then each its manifest
+ * entry unless it is a log. */
+static int list_rest(struct image_stager *s, struct manifest *m)
 {
-	_cleanup_close_ int fd = dup(c->from);
-	DIR *d = fd < 0 ? NULL : fdopendir(fd);
 	struct dirent *de;
-	size_t cap = 0;
-
-	if (!d)
-		return -errno;
-	fd = -1;
-	while ((de = readdir(d))) {
-		struct stage_file *grown, *f;
-
-		if (de->d_type != DT_REG)
-			continue;
-		if (c->nfiles == cap) {
-			cap = cap ? 2 * cap : 32;
-			grown = realloc(c->files, cap * sizeof(*grown));
-			if (!grown) {
-				closedir(d);
-				return -ENOMEM;
-			}
-			c->files = grown;
-		}
-		f = &c->files[c->nfiles++];
-		snprintf(f->name, sizeof(f->name), "%s", de->d_name);
-		f->listed = NULL;
-	}
-	closedir(d);
-	/* Entries after the list is whole, pointed to once all are added:
-	 * adding one may move the array. */
 	size_t first = m->nfiles;
 
-	for (size_t i = 0; i < c->nfiles; i++) {
+	rewinddir(s->scan);
+	while ((de = readdir(s->scan))) {
+		int r;
+
+		if (de->d_type != DT_REG || find_file(s, de->d_name))
+			continue;
+		r = add_file(s, de->d_name);
+		if (r < 0)
+			return r;
+	}
+	/* Pointed to once all are added: adding one may move the array. */
+	for (size_t i = 0; i < s->nfiles; i++) {
 		struct manifest_file *mf;
 
-		if (is_log(c->files[i].name))
+		if (is_log(s->files[i].name))
 			continue;
 		mf = manifest_add_file(m);
-		if (!mf || asprintf(&mf->name, "%s/%s", IMAGE_CRIU_SUBDIR, c->files[i].name) < 0)
+		if (!mf || asprintf(&mf->name, "%s/%s", IMAGE_CRIU_SUBDIR, s->files[i].name) < 0)
 			return -ENOMEM;
 	}
-	for (size_t i = 0; i < c->nfiles; i++)
-		if (!is_log(c->files[i].name))
-			c->files[i].listed = &m->files[first++];
+	for (size_t i = 0; i < s->nfiles; i++)
+		if (!is_log(s->files[i].name))
+			s->files[i].listed = &m->files[first++];
 	return 0;
 }
 
-static int copy_all(struct stage_copy *c)
+static int copy_rest(struct image_stager *s)
 {
 	pthread_t threads[STAGE_THREADS];
 	size_t started = 0;
 
-	pthread_mutex_init(&c->lock, NULL);
-	for (size_t i = 0; i < STAGE_THREADS && i < c->nfiles; i++)
-		if (pthread_create(&threads[started], NULL, copy_worker, c) == 0)
+	for (size_t i = 0; i < STAGE_THREADS && i < s->nfiles; i++)
+		if (pthread_create(&threads[started], NULL, commit_worker, s) == 0)
 			started++;
 	if (started == 0)
-		copy_worker(c);
+		commit_worker(s);
 	for (size_t i = 0; i < started; i++)
 		pthread_join(threads[i], NULL);
-	pthread_mutex_destroy(&c->lock);
-	return c->error;
+	for (size_t i = 0; i < s->nfiles && !s->error; i++) {
+		struct staged_file *f = &s->files[i];
+
+		if (f->listed) {
+			hash_hex(f->state, f->listed->xxh128);
+			f->listed->size = f->done;
+		}
+	}
+	return s->error;
 }
 
-int image_stage_commit(const char *stage, const char *dir, struct manifest *m,
-		       struct stasis_error **err)
+int image_stage_commit(struct image_stager *s, struct manifest *m, struct stasis_error **err)
 {
-	char sub[PATH_MAX];
-	struct stage_copy c = {.from = -1, .to = -1};
+	const char *failed = "";
 	int r;
 
-	snprintf(sub, sizeof(sub), "%s/%s", dir, IMAGE_CRIU_SUBDIR);
-	c.from = open(stage, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	c.to = open(sub, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	r = c.from < 0 || c.to < 0 ? -errno : list_staged(&c, m);
+	follow_stop(s);
+	r = s->follow_error;
 	if (r == 0)
-		r = copy_all(&c);
+		r = list_rest(s, m);
+	if (r == 0)
+		r = copy_rest(s);
+	if (r < 0 && s->error)
+		failed = s->files[s->failed].name;
 	if (r == -EINTR)
-		stasis_error_set(err, EINTR, STASIS_DOMAIN_SYSTEM, EINTR,
-				 "interrupted by a signal while writing the image to %s", dir);
-	else if (r < 0)
-		stasis_error_errno(err, -r, "writing the image from memory to %s%s%s: %s", sub,
-				   c.nfiles ? "/" : "", c.nfiles ? c.files[c.failed].name : "",
-				   strerror(-r));
-	if (c.from >= 0)
-		close(c.from);
-	if (c.to >= 0)
-		close(c.to);
-	free(c.files);
+		return stasis_error_set(err, EINTR, STASIS_DOMAIN_SYSTEM, EINTR,
+					"interrupted by a signal while writing the image to %s",
+					s->dir);
+	if (r < 0 && *failed)
+		return stasis_error_errno(err, -r, "writing %s/%s/%s from memory: %s", s->dir,
+					  IMAGE_CRIU_SUBDIR, failed, strerror(-r));
 	if (r < 0)
-		return r;
+		return stasis_error_errno(err, -r, "writing the image from memory to %s: %s",
+					  s->dir, strerror(-r));
 	m->image_bytes = 0;
 	for (size_t i = 0; i < m->nfiles; i++)
 		m->image_bytes += m->files[i].size;
-	return image_sync(dir, m, err);
+	return image_sync(s->dir, m, err);
 }
