@@ -295,13 +295,13 @@ static int save_rootfs_diff(struct target *t, struct manifest *m, struct stasis_
 	snprintf(path, sizeof(path), "%s/" ROOTFS_DIFF_NAME, t->images);
 	fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
 	if (fd < 0)
-		return stasis_error_errno(err, errno, "creating %s", path);
+		return stasis_error_errno(err, errno, "creating %s: %s", path, strerror(errno));
 	client_of(t, &c);
 	r = fault_at("rootfs-diff", 0)
 		? stasis_error_set(err, EIO, STASIS_DOMAIN_USAGE, 0, "rootfs diff: injected fault")
 		: containerd_snapshot_diff(&c, t->snapshotter, t->snapshot, fd, err);
 	if (r == 0 && fsync(fd) < 0)
-		r = stasis_error_errno(err, errno, "writing %s", path);
+		r = stasis_error_errno(err, errno, "writing %s: %s", path, strerror(errno));
 	manifest_add_phase(m, "rootfs_diff", now_usec() - start);
 	if (r < 0 && !t->checkpoint->leave_running)
 		return stasis_error_hint(err,

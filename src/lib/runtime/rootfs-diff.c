@@ -383,7 +383,12 @@ static int pass(int fd, bool deletions, char *msg, size_t len)
 	if (lseek(fd, 0, SEEK_SET) < 0)
 		return -errno;
 	while ((r = next_entry(fd, &e)) > 0) {
-		const char *path = relative(e.path);
+		size_t len = strlen(e.path);
+		const char *path;
+
+		while (len > 1 && e.path[len - 1] == '/') /* a folder's "name/" */
+			e.path[--len] = '\0';
+		path = relative(e.path);
 		bool whiteout = path[0] && memcmp(base_name(path), WHITEOUT, 4) == 0;
 
 		if (!path[0] || whiteout != deletions) {
@@ -432,14 +437,14 @@ int rootfs_diff_apply(const char *tar, const char *rootfs, struct stasis_error *
 	pid_t pid;
 
 	if (fd < 0)
-		return stasis_error_errno(err, errno, "opening %s", tar);
+		return stasis_error_errno(err, errno, "opening %s: %s", tar, strerror(errno));
 	if (pipe2(pipe_fds, O_CLOEXEC) < 0)
-		return stasis_error_errno(err, errno, "pipe");
+		return stasis_error_errno(err, errno, "pipe: %s", strerror(errno));
 	pid = fork();
 	if (pid < 0) {
 		close(pipe_fds[0]);
 		close(pipe_fds[1]);
-		return stasis_error_errno(err, errno, "fork");
+		return stasis_error_errno(err, errno, "fork: %s", strerror(errno));
 	}
 	if (pid == 0) {
 		close(pipe_fds[0]);
@@ -455,7 +460,8 @@ int rootfs_diff_apply(const char *tar, const char *rootfs, struct stasis_error *
 	close(pipe_fds[0]);
 	while (waitpid(pid, &status, 0) < 0)
 		if (errno != EINTR)
-			return stasis_error_errno(err, errno, "waiting for the rootfs diff");
+			return stasis_error_errno(err, errno, "waiting for the rootfs diff: %s",
+						  strerror(errno));
 	if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
 		return 0;
 	return stasis_error_set(err, EIO, STASIS_DOMAIN_SYSTEM, 0, "applying %s onto %s failed: %s",
