@@ -182,9 +182,9 @@ test_containerd_bad_input() {
 
 CTRD_IMAGE="stasis.test/busybox:e2e"
 
-# make_oci_image OUT.tar REF: an OCI image layout, as a tarball, of one
-# layer holding busybox-static and a few files for the workload to change,
-# delete and empty; no registry.
+# make_oci_image OUT.tar REF [MARK]: an OCI image layout, as a tarball, of
+# one layer holding busybox-static and a few files for the workload to
+# change, delete and empty (and /mark with MARK); no registry.
 make_oci_image() {
 	local out=$1 ref=$2 d r o
 	d=$(mktemp -d "$TMP/oci-XXXXXX") && r="$d/rootfs" && o="$d/oci" || return 1
@@ -194,6 +194,7 @@ make_oci_image() {
 	echo original >"$r/etc/motd"
 	echo doomed >"$r/etc/remove-me"
 	echo old >"$r/data/sub/old"
+	[ -z "${3:-}" ] || echo "$3" >"$r/mark"
 	tar --numeric-owner --owner=0 --group=0 -C "$r" -cf "$d/layer" . || return 1
 	# blob FILE MEDIA-TYPE: moved into blobs/, its descriptor on stdout.
 	blob() {
@@ -287,6 +288,13 @@ test_containerd_image_checkpoint_restore() {
 	at=$(counter "$root")
 	wait_counter "$root" $((at + 10)) || { fail "$id-2 does not count"; return 1; }
 	log_is_continuous "$root" || return 1
+	# --leave-running: it counts on, and its copy starts from the image.
+	"$STASIS" checkpoint --runtime containerd --namespace "$CTRD_NS" "$id-2" -D "$d/img3" --leave-running || return 1
+	at=$(counter "$root")
+	wait_counter "$root" $((at + 10)) || { fail "$id-2 stopped counting"; return 1; }
+	"$STASIS" restore --runtime containerd -D "$d/img3" --name "$id-3" >/dev/null || return 1
+	check_image_files "$(ctrd_rootfs "$id-3")" || return 1
+	wait_counter "$(ctrd_rootfs "$id-3")" $((at + 10)) || { fail "$id-3 does not count"; return 1; }
 	ctrd_remove_all
 	ctrd_has_snapshot "$id-2" && { fail "the snapshot of $id-2 outlived it"; return 1; }
 	return 0
@@ -304,6 +312,11 @@ test_containerd_image_restart_missing() {
 	ctrd containers ls -q | grep -qx "$id" && { fail "a refused restore made a container"; return 1; }
 	ctrd_has_snapshot "$id" native && { fail "a refused restore made a snapshot"; return 1; }
 	[ ! -e "$STASIS_RUN_DIR/containerd/$CTRD_NS/$id" ] || { fail "a refused restore made a link folder"; return 1; }
+	# Another image under the same name: its diff would not fit.
+	make_oci_image "$d/other.tar" "$CTRD_IMAGE" other && ctrd images import "$d/other.tar" >/dev/null || return 1
+	expect_error "but the container was checkpointed on sha256:" "$STASIS" restore --runtime containerd -D "$d/img" || return 1
+	ctrd containers ls -q | grep -qx "$id" && { fail "a refused restore made a container"; return 1; }
+	ctrd images rm "$CTRD_IMAGE" >/dev/null || return 1
 	ctrd_image_ready || return 1
 	"$STASIS" restore --runtime containerd -D "$d/img" >/dev/null || return 1
 	root=$(ctrd_rootfs "$id")
