@@ -8,7 +8,6 @@
  * or from its image on a fresh snapshot, with stasis as its runc binary
  * (runc-wrap.h), so that its shim restores the image and owns the task
  * after. */
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <json-c/json.h>
@@ -19,6 +18,7 @@
 #include <unistd.h>
 
 #include "container.h"
+#include "containerd-links.h"
 #include "containerd.h"
 #include "fault.h"
 #include "lock.h"
@@ -35,108 +35,13 @@ static void client_of(const struct target *t, struct containerd *c)
 			  t->namespace[0] ? t->namespace : NULL);
 }
 
-/* The runc link folders: $STASIS_RUN_DIR/containerd/NS/ID, each with the
- * address of the containerd its container lives in. */
-#define LINKS_LOCK "containerd.lock"
-#define ADDRESS_FILE "address"
-
-/* The lock between restores and the sweep of stale link folders: a
- * restore holds it shared from the moment it makes its link folder until
- * containerd knows the container (or the restore has cleaned up), the
- * sweep exclusive, without waiting. Returns the fd, or -1. */
-static int links_lock(int how)
-{
-	char path[PATH_MAX];
-	int fd;
-
-	snprintf(path, sizeof(path), "%s/" LINKS_LOCK, stasis_run_dir());
-	fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-	if (fd >= 0 && flock(fd, how) < 0) {
-		close(fd);
-		return -1;
-	}
-	return fd;
-}
-
-static bool listed_id(const char *ids, const char *id)
-{
-	size_t len = strlen(id);
-
-	for (const char *p = ids; p && *p;) {
-		const char *nl = strchr(p, '\n');
-		size_t n = nl ? (size_t)(nl - p) : strlen(p);
-
-		if (n == len && strncmp(p, id, len) == 0)
-			return true;
-		p = nl ? nl + 1 : p + n;
-	}
-	return false;
-}
-
-/* The link folders of namespace folder ns whose container c's containerd
- * no longer knows (deleted with ctr, or lost with its state): removed. A
- * folder of another containerd (another address), or of a namespace that
- * containerd did not list, is left. */
-static void sweep_namespace(const struct containerd *c, const char *base, const char *ns)
-{
-	struct containerd in_ns = *c;
-	_cleanup_free_ char *ids = NULL;
-	char dir[PATH_MAX];
-	struct dirent *de;
-	DIR *d;
-
-	snprintf(in_ns.namespace, sizeof(in_ns.namespace), "%s", ns);
-	if (containerd_ids(&in_ns, &ids) != 0 || !ids)
-		return;
-	snprintf(dir, sizeof(dir), "%s/%s", base, ns);
-	d = opendir(dir);
-	while (d && (de = readdir(d))) {
-		char link_dir[PATH_MAX + 256], file[PATH_MAX + 300];
-		_cleanup_free_ char *address = NULL;
-
-		if (de->d_name[0] == '.' || listed_id(ids, de->d_name))
-			continue;
-		snprintf(link_dir, sizeof(link_dir), "%s/%s", dir, de->d_name);
-		snprintf(file, sizeof(file), "%s/" ADDRESS_FILE, link_dir);
-		address = read_file_str(file, NULL);
-		if (address && strcmp(strip_trailing(address), c->address) == 0)
-			runc_wrap_remove(link_dir);
-	}
-	if (d)
-		closedir(d);
-}
-
-/* Every stale link folder of c's containerd, unless a restore is making
- * one now (the next command sweeps then). */
-static void sweep_links(const struct containerd *c)
-{
-	char base[PATH_MAX];
-	struct dirent *de;
-	DIR *d;
-	int lock;
-
-	snprintf(base, sizeof(base), "%s/containerd", stasis_run_dir());
-	if (access(base, F_OK) < 0)
-		return;
-	lock = links_lock(LOCK_EX | LOCK_NB);
-	if (lock < 0)
-		return;
-	d = opendir(base);
-	while (d && (de = readdir(d)))
-		if (de->d_name[0] != '.')
-			sweep_namespace(c, base, de->d_name);
-	if (d)
-		closedir(d);
-	close(lock);
-}
-
 static int containerd_containers(struct target_container **list, size_t *n,
 				 struct stasis_error **err)
 {
 	struct containerd c;
 
 	containerd_client(&c, NULL, NULL);
-	sweep_links(&c);
+	containerd_links_sweep(&c);
 	return containerd_list(&c, list, n) < 0 ? stasis_error_errno(err, ENOMEM, "out of memory")
 						: 0;
 }
@@ -183,7 +88,7 @@ static int containerd_find(struct target *t, struct stasis_error **err)
 	containerd_client(&c, o->address, o->namespace);
 	r = containerd_require(&c, err);
 	if (r == 0) {
-		sweep_links(&c);
+		containerd_links_sweep(&c);
 		r = containerd_container(&c, o->container, &cc, err);
 	}
 	if (r < 0)
@@ -377,7 +282,7 @@ static int containerd_restore_check(struct target *t, const struct manifest *m,
 	r = containerd_require(&c, err);
 	if (r < 0)
 		return r;
-	sweep_links(&c);
+	containerd_links_sweep(&c);
 	if (!m->container.spec)
 		return stasis_error_set(err, EINVAL, STASIS_DOMAIN_USAGE, 0,
 					"the image has no OCI spec for container '%s'", t->id);
@@ -497,13 +402,13 @@ static int containerd_restore_images(struct target *t, struct manifest *m,
 	}
 	/* No sweep removes the link folder until containerd knows its
 	 * container. */
-	lock = links_lock(LOCK_SH);
+	lock = containerd_links_lock(LOCK_SH);
 	r = runc_wrap_prepare(dir, &req, link, sizeof(link), err);
 	if (r < 0)
 		return r;
 	r = write_file_atomic(dir, "config.json", spec, strlen(spec));
 	if (r == 0)
-		r = write_file_atomic(dir, ADDRESS_FILE, t->address, strlen(t->address));
+		r = write_file_atomic(dir, LINKS_ADDRESS_FILE, t->address, strlen(t->address));
 	if (r < 0)
 		return stasis_error_errno(err, -r, "writing the spec in %s", dir);
 	progress_begin("containerd restore of %zu process%s", m->nprocs,
