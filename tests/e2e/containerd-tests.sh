@@ -371,7 +371,7 @@ test_containerd_stale_links() {
 	[ -d "$links/$id" ] || { fail "ctr removed the link folder itself"; return 1; }
 	mkdir -p "$links/other" && echo /elsewhere.sock >"$links/other/address"
 	# A restore under way holds the lock: nothing is swept meanwhile.
-	flock -s "$STASIS_RUN_DIR/containerd.lock" -c "$STASIS ps >/dev/null; [ -d '$links/$id' ]" || { fail "swept during a restore"; return 1; }
+	flock -s "$STASIS_RUN_DIR/containerd" -c "$STASIS ps >/dev/null; [ -d '$links/$id' ]" || { fail "swept during a restore"; return 1; }
 	"$STASIS" ps >/dev/null
 	[ ! -e "$links/$id" ] || { fail "ps left the stale link folder"; return 1; }
 	[ -d "$links/other" ] || { fail "ps swept another containerd's folder"; return 1; }

@@ -14,20 +14,34 @@
 #include "runc-wrap.h"
 #include "util.h"
 
-#define LINKS_LOCK "containerd.lock"
-
-int containerd_links_lock(int how)
+/* The folder of every link folder, $STASIS_RUN_DIR/containerd: its own
+ * flock is the lock, so that no lock file outlives the link folders. */
+static void links_base(char *out, size_t len)
 {
-	char path[PATH_MAX];
-	int fd;
+	snprintf(out, len, "%s/containerd", stasis_run_dir());
+}
 
-	snprintf(path, sizeof(path), "%s/" LINKS_LOCK, stasis_run_dir());
-	fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-	if (fd >= 0 && flock(fd, how) < 0) {
+int containerd_links_hold(const char *link_dir)
+{
+	char base[PATH_MAX];
+
+	links_base(base, sizeof(base));
+	for (int tries = 0; tries < 3; tries++) {
+		int fd;
+
+		if (mkdir_p(link_dir) < 0)
+			return -1;
+		fd = open(base, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		if (fd < 0)
+			continue;
+		/* link_dir keeps base from being removed; a sweep leaves a
+		 * folder without an address, so it is still there unless base
+		 * was made anew in between. */
+		if (flock(fd, LOCK_SH) == 0 && access(link_dir, F_OK) == 0)
+			return fd;
 		close(fd);
-		return -1;
 	}
-	return fd;
+	return -1;
 }
 
 static bool listed_id(const char *ids, const char *id)
@@ -85,12 +99,14 @@ void containerd_links_sweep(const struct containerd *c)
 	DIR *d;
 	int lock;
 
-	snprintf(base, sizeof(base), "%s/containerd", stasis_run_dir());
-	if (access(base, F_OK) < 0)
-		return;
-	lock = containerd_links_lock(LOCK_EX | LOCK_NB);
+	links_base(base, sizeof(base));
+	lock = open(base, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (lock < 0)
-		return;
+		return; /* no link folders */
+	if (flock(lock, LOCK_EX | LOCK_NB) < 0) {
+		close(lock);
+		return; /* a restore is making one */
+	}
 	d = opendir(base);
 	while (d && (de = readdir(d)))
 		if (de->d_name[0] != '.')

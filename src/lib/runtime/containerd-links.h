@@ -10,11 +10,12 @@
 
 #define LINKS_ADDRESS_FILE "address"
 
-/* The lock between restores and the sweep of stale link folders: a
- * restore holds it shared (LOCK_SH) from the moment it makes its link
- * folder until containerd knows the container (or the restore has cleaned
- * up), the sweep exclusive without waiting. Returns the fd, or -1. */
-int containerd_links_lock(int how);
+/* The lock between restores and the sweep of stale link folders, the
+ * flock of their common folder: a restore makes its link folder link_dir
+ * and holds the lock shared from then until containerd knows its container
+ * (or the restore has cleaned up); a sweep takes it exclusive, without
+ * waiting. Returns the fd to close, or -1. */
+int containerd_links_hold(const char *link_dir);
 
 /* Every link folder of c's containerd whose container it no longer knows
  * (deleted with ctr, or lost with its state), unless a restore holds the

@@ -14,7 +14,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/file.h>
 #include <unistd.h>
 
 #include "container.h"
@@ -402,7 +401,7 @@ static int containerd_restore_images(struct target *t, struct manifest *m,
 	}
 	/* No sweep removes the link folder until containerd knows its
 	 * container. */
-	lock = containerd_links_lock(LOCK_SH);
+	lock = containerd_links_hold(dir);
 	r = runc_wrap_prepare(dir, &req, link, sizeof(link), err);
 	if (r < 0)
 		return r;
