@@ -66,6 +66,11 @@ static void print_human(const char *dir, const struct manifest *m)
 		printf("container    %s '%s', bundle %s%s\n", m->container.runtime, m->container.id,
 		       m->container.bundle ? m->container.bundle : "?",
 		       m->container.spec ? ", OCI spec kept" : "");
+	if (m->container.image)
+		printf("image        %s%s%s, %s snapshot, its changes in rootfs-diff.tar\n",
+		       m->container.image, m->container.image_digest ? " " : "",
+		       m->container.image_digest ? m->container.image_digest : "",
+		       m->container.snapshotter ? m->container.snapshotter : "?");
 	print_processes(m);
 	print_gpus(m);
 	printf("size         %s in %zu files\n", format_bytes(m->image_bytes, size, sizeof(size)),

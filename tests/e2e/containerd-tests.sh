@@ -177,3 +177,225 @@ test_containerd_bad_input() {
 	expect_error "the image holds runc container" "$STASIS" restore --runtime containerd -D "$d/runc-img" || return 1
 	ctrd_remove_all
 }
+
+# ---- containers on an image snapshot ----
+
+CTRD_IMAGE="stasis.test/busybox:e2e"
+
+# make_oci_image OUT.tar REF [MARK]: an OCI image layout, as a tarball, of
+# one layer holding busybox-static and a few files for the workload to
+# change, delete and empty (and /mark with MARK); no registry.
+make_oci_image() {
+	local out=$1 ref=$2 d r o
+	d=$(mktemp -d "$TMP/oci-XXXXXX") && r="$d/rootfs" && o="$d/oci" || return 1
+	mkdir -p "$r/bin" "$r/etc" "$r/proc" "$r/sys" "$r/dev" "$r/tmp" "$r/data/sub" "$o/blobs/sha256"
+	cp "$(command -v busybox)" "$r/bin/"
+	for a in sh sleep mv cat rm mkdir; do ln -sf busybox "$r/bin/$a"; done
+	echo original >"$r/etc/motd"
+	echo doomed >"$r/etc/remove-me"
+	echo old >"$r/data/sub/old"
+	[ -z "${3:-}" ] || echo "$3" >"$r/mark"
+	tar --numeric-owner --owner=0 --group=0 -C "$r" -cf "$d/layer" . || return 1
+	# blob FILE MEDIA-TYPE: moved into blobs/, its descriptor on stdout.
+	blob() {
+		local sum size
+		sum=$(sha256sum "$1" | cut -d' ' -f1) && size=$(stat -c %s "$1")
+		mv "$1" "$o/blobs/sha256/$sum"
+		printf '{"mediaType":"%s","digest":"sha256:%s","size":%d' "$2" "$sum" "$size"
+	}
+	local layer config manifest
+	layer=$(blob "$d/layer" application/vnd.oci.image.layer.v1.tar)
+	printf '{"architecture":"amd64","os":"linux","config":{"Cmd":["/bin/sh"]},"rootfs":{"type":"layers","diff_ids":["sha256:%s"]}}' \
+		"$(echo "$layer" | sed 's/.*sha256:\([0-9a-f]*\).*/\1/')" >"$d/config"
+	config=$(blob "$d/config" application/vnd.oci.image.config.v1+json)
+	printf '{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":%s},"layers":[%s}]}' \
+		"$config" "$layer" >"$d/manifest"
+	manifest=$(blob "$d/manifest" application/vnd.oci.image.manifest.v1+json)
+	printf '{"schemaVersion":2,"manifests":[%s,"annotations":{"org.opencontainers.image.ref.name":"%s"}}]}' \
+		"$manifest" "$ref" >"$o/index.json"
+	printf '{"imageLayoutVersion":"1.0.0"}' >"$o/oci-layout"
+	tar -C "$o" -cf "$out" . && rm -rf "$d"
+}
+
+# ctrd_image_ready: the test image in the tests' namespace.
+ctrd_image_ready() {
+	containerd_ready || return 1
+	ctrd images ls -q | grep -qx "$CTRD_IMAGE" && return 0
+	[ -s "$TMP/oci.tar" ] || make_oci_image "$TMP/oci.tar" "$CTRD_IMAGE" || return 1
+	ctrd images import "$TMP/oci.tar" >/dev/null
+}
+
+# The workload of an image container: it changes the image's files, keeps
+# two of them open (CRIU must find them at restore), then counts, and
+# checks on every tick that its files are as it left them.
+IMAGE_SCRIPT='echo new >/new-file; echo changed >/etc/motd; rm /etc/remove-me
+rm -rf /data/sub; mkdir /data/sub; echo fresh >/data/sub/fresh
+exec 3</new-file 4</etc/motd
+i=0; while :; do i=$((i+1)); echo $i >/state.tmp; mv /state.tmp /state; echo tick $i >>/log
+[ -e /etc/remove-me ] && echo FAIL remove-me is back >>/log
+[ -e /data/sub/old ] && echo FAIL /data/sub/old is back >>/log
+[ "$(cat /etc/motd)" = changed ] || echo FAIL motd >>/log
+sleep 0.02; done'
+
+# The root of image container ID as containerd's shim mounts it.
+ctrd_rootfs() { echo "$CTRD/state/io.containerd.runtime.v2.task/${2:-$CTRD_NS}/$1/rootfs"; }
+
+# ctrd_image_start ID [SNAPSHOTTER]: a running image container that counts.
+ctrd_image_start() {
+	ctrd_image_ready || return 1
+	ctrd run -d --null-io --snapshotter "${2:-overlayfs}" "$CTRD_IMAGE" "$1" /bin/sh -c "$IMAGE_SCRIPT" >/dev/null || return 1
+	wait_counter "$(ctrd_rootfs "$1")" 5
+}
+
+# check_image_files ROOT: the workload's changes are all there.
+check_image_files() {
+	[ "$(cat "$1/new-file" 2>/dev/null)" = new ] || { fail "/new-file: $(ls -la "$1")"; return 1; }
+	[ "$(cat "$1/etc/motd")" = changed ] || { fail "/etc/motd: $(cat "$1/etc/motd")"; return 1; }
+	[ ! -e "$1/etc/remove-me" ] || { fail "/etc/remove-me is back"; return 1; }
+	[ ! -e "$1/data/sub/old" ] || { fail "/data/sub/old is back"; return 1; }
+	[ "$(cat "$1/data/sub/fresh" 2>/dev/null)" = fresh ] || { fail "/data/sub/fresh missing"; return 1; }
+}
+
+ctrd_has_snapshot() { ctrd snapshots --snapshotter "${2:-overlayfs}" ls | awk '{print $1}' | grep -qx "$1"; }
+
+test_containerd_image_checkpoint_restore() {
+	local d="$TMP/ci1" id="ci1" at root
+	mkdir -p "$d" && ctrd_image_start "$id" || return 1
+	root=$(ctrd_rootfs "$id")
+	"$STASIS" checkpoint --runtime containerd --namespace "$CTRD_NS" "$id" -D "$d/img" --print-stats >"$d/stats" || return 1
+	grep -q '"rootfs_diff"' "$d/stats" || { fail "no rootfs_diff phase: $(cat "$d/stats")"; return 1; }
+	ctrd containers ls -q | grep -qx "$id" && { fail "the container is still there"; return 1; }
+	ctrd_has_snapshot "$id" && { fail "its snapshot is still there"; return 1; }
+	tar -tf "$d/img/criu/rootfs-diff.tar" >"$d/members" || return 1
+	for m in new-file etc/motd etc/.wh.remove-me data/sub/fresh; do
+		grep -qx "\(\./\)\?$m" "$d/members" || { fail "rootfs-diff.tar lacks $m: $(cat "$d/members")"; return 1; }
+	done
+	grep -q 'data/sub/\(\.wh\.old\|\.wh\.\.wh\.\.opq\)$' "$d/members" || { fail "no whiteout for data/sub/old: $(cat "$d/members")"; return 1; }
+	"$STASIS" inspect "$d/img" | grep -q "^image        $CTRD_IMAGE sha256:[0-9a-f]*, overlayfs snapshot" || { fail "inspect: $("$STASIS" inspect "$d/img")"; return 1; }
+	"$STASIS" restore --runtime containerd -D "$d/img" >/dev/null || return 1
+	ctrd_task "$id" | grep -q RUNNING || { fail "not running: $(ctrd tasks ls)"; return 1; }
+	ctrd containers info "$id" | grep -q "\"Image\": \"$CTRD_IMAGE\"" || { fail "not on the image: $(ctrd containers info "$id" | head -8)"; return 1; }
+	check_image_files "$root" || return 1
+	at=$(counter "$root")
+	wait_counter "$root" $((at + 10)) || { fail "the restored container does not count"; return 1; }
+	log_is_continuous "$root" || return 1
+	# Checkpointed again after its restore: the same image, the same files.
+	"$STASIS" checkpoint --runtime containerd --namespace "$CTRD_NS" "$id" -D "$d/img2" || return 1
+	"$STASIS" restore --runtime containerd -D "$d/img2" --name "$id-2" >/dev/null || return 1
+	root=$(ctrd_rootfs "$id-2")
+	ctrd_task "$id-2" | grep -q RUNNING || { fail "$id-2: $(ctrd tasks ls)"; return 1; }
+	check_image_files "$root" || return 1
+	at=$(counter "$root")
+	wait_counter "$root" $((at + 10)) || { fail "$id-2 does not count"; return 1; }
+	log_is_continuous "$root" || return 1
+	# --leave-running: it counts on, and its copy starts from the image.
+	"$STASIS" checkpoint --runtime containerd --namespace "$CTRD_NS" "$id-2" -D "$d/img3" --leave-running || return 1
+	at=$(counter "$root")
+	wait_counter "$root" $((at + 10)) || { fail "$id-2 stopped counting"; return 1; }
+	"$STASIS" restore --runtime containerd -D "$d/img3" --name "$id-3" >/dev/null || return 1
+	check_image_files "$(ctrd_rootfs "$id-3")" || return 1
+	wait_counter "$(ctrd_rootfs "$id-3")" $((at + 10)) || { fail "$id-3 does not count"; return 1; }
+	ctrd_remove_all
+	ctrd_has_snapshot "$id-2" && { fail "the snapshot of $id-2 outlived it"; return 1; }
+	return 0
+}
+
+# The native snapshotter, containerd restarted between checkpoint and
+# restore, and the image missing there: one line, nothing created.
+test_containerd_image_restart_missing() {
+	local d="$TMP/ci2" id="ci2" at root
+	mkdir -p "$d" && ctrd_image_start "$id" native || return 1
+	"$STASIS" checkpoint --runtime containerd --namespace "$CTRD_NS" "$id" -D "$d/img" || return 1
+	containerd_stop && containerd_start || return 1
+	ctrd images rm "$CTRD_IMAGE" >/dev/null || return 1
+	expect_error "image '$CTRD_IMAGE' is not in containerd's namespace '$CTRD_NS'" "$STASIS" restore --runtime containerd -D "$d/img" || return 1
+	ctrd containers ls -q | grep -qx "$id" && { fail "a refused restore made a container"; return 1; }
+	ctrd_has_snapshot "$id" native && { fail "a refused restore made a snapshot"; return 1; }
+	[ ! -e "$STASIS_RUN_DIR/containerd/$CTRD_NS/$id" ] || { fail "a refused restore made a link folder"; return 1; }
+	# Another image under the same name: its diff would not fit.
+	make_oci_image "$d/other.tar" "$CTRD_IMAGE" other && ctrd images import "$d/other.tar" >/dev/null || return 1
+	expect_error "but the container was checkpointed on sha256:" "$STASIS" restore --runtime containerd -D "$d/img" || return 1
+	ctrd containers ls -q | grep -qx "$id" && { fail "a refused restore made a container"; return 1; }
+	ctrd images rm "$CTRD_IMAGE" >/dev/null || return 1
+	ctrd_image_ready || return 1
+	"$STASIS" restore --runtime containerd -D "$d/img" >/dev/null || return 1
+	root=$(ctrd_rootfs "$id")
+	ctrd snapshots --snapshotter native ls | grep -q "^$id " || { fail "not on a native snapshot: $(ctrd snapshots --snapshotter native ls)"; return 1; }
+	check_image_files "$root" || return 1
+	at=$(counter "$root")
+	wait_counter "$root" $((at + 10)) || { fail "the restored container does not count"; return 1; }
+	log_is_continuous "$root" || return 1
+	ctrd_remove_all
+}
+
+# A diff that fails after runc's checkpoint stopped the task: the container
+# and its snapshot stay in containerd; a damaged diff fails the restore,
+# which leaves no container and no snapshot.
+test_containerd_image_faults() {
+	local d="$TMP/ci3" id="ci3"
+	mkdir -p "$d" && ctrd_image_start "$id" || return 1
+	STASIS_FAULT=rootfs-diff "$STASIS" checkpoint --runtime containerd --namespace "$CTRD_NS" "$id" -D "$d/f" 2>"$d/err" && { fail "succeeded"; return 1; }
+	grep -q "stays in containerd with its snapshot '$id'" "$d/err" || { fail "$(cat "$d/err")"; return 1; }
+	ctrd_has_snapshot "$id" || { fail "the snapshot went"; return 1; }
+	ctrd_remove_all
+	ctrd_image_start "$id" || return 1
+	"$STASIS" checkpoint --runtime containerd --namespace "$CTRD_NS" "$id" -D "$d/img" || return 1
+	# The apply fails inside the runc link: no container, no snapshot, no
+	# link folder left.
+	STASIS_FAULT=rootfs-apply "$STASIS" restore --runtime containerd -D "$d/img" >/dev/null 2>"$d/err" && { fail "restored"; return 1; }
+	grep -q "rootfs-diff.tar.injected-fault" "$d/err" || { fail "$(cat "$d/err")"; return 1; }
+	ctrd containers ls -q | grep -qx "$id" && { fail "a failed restore left a container"; return 1; }
+	ctrd_has_snapshot "$id" && { fail "a failed restore left a snapshot"; return 1; }
+	[ ! -e "$STASIS_RUN_DIR/containerd/$CTRD_NS/$id" ] || { fail "a failed restore left its link folder"; return 1; }
+	# A damaged diff is refused before anything is made.
+	head -c 1500 "$d/img/criu/rootfs-diff.tar" >"$d/cut.tar"
+	cp "$d/cut.tar" "$d/img/criu/rootfs-diff.tar"
+	expect_error "rootfs-diff.tar" "$STASIS" restore --runtime containerd -D "$d/img" || return 1
+	ctrd containers ls -q | grep -qx "$id" && { fail "a refused restore left a container"; return 1; }
+	"$STASIS" restore --runtime containerd -D "$d/img" --name "$id-b" 2>/dev/null && { fail "restored from a damaged diff"; return 1; }
+	ctrd_remove_all
+}
+
+# Link folders of containers deleted with ctr go at the next stasis
+# containerd command; one whose restore is under way (the lock held), or
+# of another containerd, stays.
+test_containerd_stale_links() {
+	local d="$TMP/cd4" id="cd4" links="$STASIS_RUN_DIR/containerd/$CTRD_NS"
+	make_rootfs "$d/r" && ctrd_start "$id" "$d/r" || return 1
+	"$STASIS" checkpoint --runtime containerd --namespace "$CTRD_NS" "$id" -D "$d/img" || return 1
+	"$STASIS" restore --runtime containerd -D "$d/img" >/dev/null || return 1
+	[ -s "$links/$id/address" ] || { fail "no link folder: $(find "$STASIS_RUN_DIR")"; return 1; }
+	"$STASIS" ps >/dev/null
+	[ -L "$links/$id/stasis-runc" ] || { fail "ps swept the link of a live container"; return 1; }
+	ctrd_remove_all_but_links || return 1
+	[ -d "$links/$id" ] || { fail "ctr removed the link folder itself"; return 1; }
+	mkdir -p "$links/other" && echo /elsewhere.sock >"$links/other/address"
+	# A restore under way holds the lock: nothing is swept meanwhile.
+	flock -s "$STASIS_RUN_DIR/containerd" -c "$STASIS ps >/dev/null; [ -d '$links/$id' ]" || { fail "swept during a restore"; return 1; }
+	"$STASIS" ps >/dev/null
+	[ ! -e "$links/$id" ] || { fail "ps left the stale link folder"; return 1; }
+	[ -d "$links/other" ] || { fail "ps swept another containerd's folder"; return 1; }
+	rm -rf "$links/other"
+	# checkpoint and restore sweep too.
+	"$STASIS" restore --runtime containerd -D "$d/img" >/dev/null || return 1
+	ctrd_remove_all_but_links || return 1
+	expect_error "no container 'nope'" "$STASIS" checkpoint --runtime containerd --namespace "$CTRD_NS" nope -D "$d/x" || return 1
+	[ ! -e "$links/$id" ] || { fail "checkpoint left the stale link folder"; return 1; }
+	"$STASIS" restore --runtime containerd -D "$d/img" >/dev/null || return 1
+	ctrd_remove_all_but_links || return 1
+	ctrd containers create --rootfs "$d/r" "$id-x" /bin/true || return 1
+	expect_error "container name '$id-x' is already taken" "$STASIS" restore --runtime containerd -D "$d/img" --name "$id-x" || return 1
+	[ ! -e "$links/$id" ] || { fail "restore left the stale link folder"; return 1; }
+	ctrd_remove_all
+}
+
+# Every container of the tests' namespace deleted with ctr alone, as a user
+# would, leaving stasis's link folders.
+ctrd_remove_all_but_links() {
+	for c in $(ctrd containers ls -q); do
+		ctrd tasks kill -s SIGKILL "$c" >/dev/null 2>&1
+		for _ in $(seq 50); do ctrd tasks ls | grep -q "^$c .*RUNNING" || break; sleep 0.05; done
+		ctrd tasks delete -f "$c" >/dev/null 2>&1
+		ctrd containers delete "$c" >/dev/null 2>&1 || return 1
+	done
+}

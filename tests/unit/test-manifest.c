@@ -59,6 +59,13 @@ static void fill(struct manifest *m)
 	f->size = 4096;
 	strcpy(f->xxh128, "0123456789abcdef0123456789abcdef");
 	m->image_bytes = 4096;
+	m->container.runtime = strdup("containerd");
+	m->container.id = strdup("web");
+	m->container.namespace = strdup("k8s.io");
+	m->container.image = strdup("docker.io/library/busybox:1");
+	m->container.image_digest = strdup("sha256:c0e1");
+	m->container.snapshotter = strdup("overlayfs");
+	m->container.spec = strdup("{\"root\":{\"path\":\"rootfs\"}}");
 }
 
 static void roundtrip(void **state)
@@ -89,6 +96,10 @@ static void roundtrip(void **state)
 	assert_int_equal(b.nfiles, 1);
 	assert_string_equal(b.files[0].xxh128, "0123456789abcdef0123456789abcdef");
 	assert_int_equal(manifest_root(&b)->pid, 100);
+	assert_string_equal(b.container.image, "docker.io/library/busybox:1");
+	assert_string_equal(b.container.image_digest, "sha256:c0e1");
+	assert_string_equal(b.container.snapshotter, "overlayfs");
+	assert_string_equal(b.container.namespace, "k8s.io");
 	free(text);
 	manifest_free(&a);
 	manifest_free(&b);

@@ -38,7 +38,9 @@ static char *read_all(int fd)
 	return buf;
 }
 
-int exec_run(const char *const argv[], char **out)
+/* argv with stdout into out_fd (-1: with stderr into *out, or /dev/null),
+ * stderr into *out when out is given. */
+static int run(const char *const argv[], int out_fd, char **out)
 {
 	int fds[2] = {-1, -1}, status;
 	pid_t pid;
@@ -57,7 +59,7 @@ int exec_run(const char *const argv[], char **out)
 		int null = open("/dev/null", O_RDWR);
 
 		dup2(null, STDIN_FILENO);
-		dup2(out ? fds[1] : null, STDOUT_FILENO);
+		dup2(out_fd >= 0 ? out_fd : out ? fds[1] : null, STDOUT_FILENO);
 		dup2(out ? fds[1] : null, STDERR_FILENO);
 		execvp(argv[0], (char *const *)argv);
 		_exit(127);
@@ -73,6 +75,16 @@ int exec_run(const char *const argv[], char **out)
 	if (WIFSIGNALED(status))
 		return 128 + WTERMSIG(status);
 	return WEXITSTATUS(status);
+}
+
+int exec_run(const char *const argv[], char **out)
+{
+	return run(argv, -1, out);
+}
+
+int exec_run_to(const char *const argv[], int out_fd, char **err_text)
+{
+	return run(argv, out_fd, err_text);
 }
 
 const char *last_line(char *text)

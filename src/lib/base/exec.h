@@ -12,6 +12,10 @@
  * signal), or -errno when it could not be run. */
 int exec_run(const char *const argv[], char **out);
 
+/* As exec_run, with its stdout into out_fd (a file: a tar, say) and its
+ * stderr captured into *err_text (the caller frees). */
+int exec_run_to(const char *const argv[], int out_fd, char **err_text);
+
 /* The last non-empty line of text, in place; "" when there is none. */
 const char *last_line(char *text);
 

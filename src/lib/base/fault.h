@@ -2,7 +2,9 @@
 /* Test-only fault injection, like CRIU's CRIU_FAULT: STASIS_FAULT names the
  * steps that must fail, as "step" or "step:PID", comma-separated. Steps:
  * lock, checkpoint, criu-dump, manifest, criu-restore, restore, unlock,
- * serve (no FUSE folder for a compressed image's pages), and
+ * serve (no FUSE folder for a compressed image's pages), rootfs-diff (a
+ * containerd image container's diff at checkpoint), rootfs-apply (its
+ * apply at restore, inside the runc link), and
  * "signal-after-checkpoint" (raise SIGTERM mid-way). */
 #ifndef STASIS_FAULT_H
 #define STASIS_FAULT_H

@@ -30,6 +30,8 @@ void manifest_free(struct manifest *m)
 	free(m->container.spec);
 	free(m->container.namespace);
 	free(m->container.image);
+	free(m->container.image_digest);
+	free(m->container.snapshotter);
 	for (size_t i = 0; i < m->nprocs; i++)
 		free(m->procs[i].cmdline);
 	free(m->procs);
@@ -199,6 +201,8 @@ static json_object *container_to_json(const struct manifest_container *c)
 	add_str(o, "bundle", c->bundle);
 	add_str(o, "namespace", c->namespace);
 	add_str(o, "image", c->image);
+	add_str(o, "image_digest", c->image_digest);
+	add_str(o, "snapshotter", c->snapshotter);
 	json_object_object_add(o, "spec", spec ? spec : json_object_new_object());
 	return o;
 }
@@ -397,6 +401,8 @@ static int decode_container(json_object *root, struct manifest *m, struct stasis
 	m->container.bundle = dup_field(c, "bundle");
 	m->container.namespace = dup_field(c, "namespace");
 	m->container.image = dup_field(c, "image");
+	m->container.image_digest = dup_field(c, "image_digest");
+	m->container.snapshotter = dup_field(c, "snapshotter");
 	if (!m->container.runtime || !m->container.id)
 		return corrupt(err, "a container without runtime or id");
 	spec = field(c, "spec", json_type_object);

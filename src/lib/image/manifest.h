@@ -44,9 +44,11 @@ struct manifest_container {
 	char *runtime; /* "runc", "containerd"; NULL for a process tree */
 	char *id;
 	char *bundle;
-	char *spec;	 /* the bundle's config.json, as JSON text */
-	char *namespace; /* containerd's namespace, else NULL */
-	char *image;	 /* the image it was made from (containerd), else NULL */
+	char *spec;	    /* the bundle's config.json, as JSON text */
+	char *namespace;    /* containerd's namespace, else NULL */
+	char *image;	    /* the image it was made from (containerd), else NULL */
+	char *image_digest; /* its manifest's (or index's) digest, if known */
+	char *snapshotter;  /* containerd's snapshotter of its root */
 };
 
 struct manifest_phase {

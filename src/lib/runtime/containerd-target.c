@@ -1,21 +1,28 @@
 /* SPDX-License-Identifier: MIT */
 /* A containerd container. Checkpoint: runc, with the state folder that
- * containerd's shim gives it, runs stasis's CRIU; then the stopped task and
- * the container are removed from containerd, as runc's checkpoint removes a
- * runc container. Restore: containerd creates the container again from the
- * OCI spec in the image, with stasis as its runc binary (runc-wrap.h), so
- * that its shim restores the image and owns the task after. */
+ * containerd's shim gives it, runs stasis's CRIU; a container on an image
+ * snapshot has its writable layer's changes saved beside CRIU's files
+ * (rootfs-diff.h); then the stopped task and the container are removed
+ * from containerd, as runc's checkpoint removes a runc container. Restore:
+ * containerd creates the container again, from the OCI spec in the image
+ * or from its image on a fresh snapshot, with stasis as its runc binary
+ * (runc-wrap.h), so that its shim restores the image and owns the task
+ * after. */
 #include <errno.h>
+#include <fcntl.h>
 #include <json-c/json.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "container.h"
+#include "containerd-links.h"
 #include "containerd.h"
 #include "fault.h"
 #include "lock.h"
 #include "progress.h"
+#include "rootfs-diff.h"
 #include "runc-wrap.h"
 #include "runc.h"
 #include "target.h"
@@ -33,21 +40,41 @@ static int containerd_containers(struct target_container **list, size_t *n,
 	struct containerd c;
 
 	containerd_client(&c, NULL, NULL);
+	containerd_links_sweep(&c);
 	return containerd_list(&c, list, n) < 0 ? stasis_error_errno(err, ENOMEM, "out of memory")
 						: 0;
 }
 
-/* A container on a snapshot of an image has its writable layer there,
- * which the image does not carry yet: refused before anything changes. */
-static int require_root_folder(const struct containerd_container *cc, struct stasis_error **err)
+/* The snapshotters whose containers stasis saves: those its tests run
+ * (containerd's walking differ gives their changes). */
+static bool snapshotter_supported(const char *name)
+{
+	return strcmp(name, "overlayfs") == 0 || strcmp(name, "native") == 0;
+}
+
+/* A container's root: a folder on the host, or a snapshot of an image on
+ * a snapshotter stasis knows; anything else is refused before anything
+ * changes. */
+static int require_supported_root(const struct containerd_container *cc, struct stasis_error **err)
 {
 	if (!cc->image[0] && !cc->snapshot[0])
 		return 0;
+	if (!cc->image[0] || !cc->snapshot[0]) {
+		stasis_error_set(err, ENOTSUP, STASIS_DOMAIN_USAGE, 0,
+				 "container '%s' has %s but no %s; stasis saves containerd "
+				 "containers on an image's snapshot or on a root folder",
+				 cc->id, cc->image[0] ? "an image" : "a snapshot",
+				 cc->image[0] ? "snapshot" : "image");
+		return stasis_error_hint(err, "run it with ctr run IMAGE ID, or from a root "
+					      "folder (ctr run --rootfs)");
+	}
+	if (snapshotter_supported(cc->snapshotter))
+		return 0;
 	stasis_error_set(err, ENOTSUP, STASIS_DOMAIN_USAGE, 0,
-			 "container '%s' runs on a snapshot of image '%s'; stasis saves containerd "
-			 "containers whose root is a folder on the host (ctr run --rootfs)",
-			 cc->id, cc->image[0] ? cc->image : "(none)");
-	return stasis_error_hint(err, "run it from a root folder, or use runc's own checkpoint");
+			 "container '%s' runs on the '%s' snapshotter; stasis saves image "
+			 "containers on the overlayfs and native snapshotters",
+			 cc->id, cc->snapshotter[0] ? cc->snapshotter : "(unknown)");
+	return stasis_error_hint(err, "run it with --snapshotter overlayfs (or native)");
 }
 
 static int containerd_find(struct target *t, struct stasis_error **err)
@@ -59,12 +86,14 @@ static int containerd_find(struct target *t, struct stasis_error **err)
 
 	containerd_client(&c, o->address, o->namespace);
 	r = containerd_require(&c, err);
-	if (r == 0)
+	if (r == 0) {
+		containerd_links_sweep(&c);
 		r = containerd_container(&c, o->container, &cc, err);
+	}
 	if (r < 0)
 		return r;
 	free(cc.spec);
-	r = require_root_folder(&cc, err);
+	r = require_supported_root(&cc, err);
 	if (r == 0)
 		r = container_require_running(cc.id, cc.status, err);
 	if (r < 0)
@@ -74,7 +103,41 @@ static int containerd_find(struct target *t, struct stasis_error **err)
 	snprintf(t->namespace, sizeof(t->namespace), "%s", c.namespace);
 	snprintf(t->address, sizeof(t->address), "%s", c.address);
 	snprintf(t->runc_root, sizeof(t->runc_root), "%s", cc.runc_root);
+	snprintf(t->snapshot, sizeof(t->snapshot), "%s", cc.snapshot);
+	snprintf(t->snapshotter, sizeof(t->snapshotter), "%s", cc.snapshotter);
 	return 0;
+}
+
+/* The spec runc runs the container with: its bundle's config.json, which
+ * after a restore of an image container is the image's spec, not the one
+ * containerd keeps; containerd's where runc does not say. */
+static char *running_spec(const struct target *t, const struct containerd_container *cc)
+{
+	struct runc_container state;
+	char path[PATH_MAX + 16];
+	char *text;
+
+	if (runc_state_at(t->runc_root, t->id, &state, NULL) == 0 && state.bundle[0]) {
+		snprintf(path, sizeof(path), "%s/config.json", state.bundle);
+		text = read_file_str(path, NULL);
+		if (text)
+			return text;
+	}
+	return cc->spec ? strdup(cc->spec) : NULL;
+}
+
+/* An image container's image in m: its name, digest and snapshotter. */
+static void describe_image(const struct containerd *c, const struct containerd_container *cc,
+			   struct manifest *m)
+{
+	char digest[160];
+
+	if (!cc->image[0])
+		return;
+	m->container.image = strdup(cc->image);
+	m->container.snapshotter = strdup(cc->snapshotter);
+	if (containerd_image_digest(c, cc->image, digest, sizeof(digest), NULL) == 0)
+		m->container.image_digest = strdup(digest);
 }
 
 static int containerd_describe(struct target *t, struct manifest *m, struct stasis_error **err)
@@ -85,14 +148,19 @@ static int containerd_describe(struct target *t, struct manifest *m, struct stas
 	size_t n = 0;
 	int r;
 
+	_cleanup_free_ char *spec = NULL;
+
 	client_of(t, &c);
 	r = containerd_container(&c, t->id, &cc, err);
 	if (r < 0)
 		return r;
+	spec = running_spec(t, &cc);
+	free(cc.spec);
 	r = container_processes(t->root, &pids, &n, err);
 	if (r == 0)
-		r = container_describe(t, m, cc.spec, pids, n, err);
-	free(cc.spec);
+		r = container_describe(t, m, spec, pids, n, err);
+	if (r == 0)
+		describe_image(&c, &cc, m);
 	return r;
 }
 
@@ -115,6 +183,39 @@ static void remove_container(const struct target *t)
 	runc_wrap_remove(dir);
 }
 
+/* The writable layer's changes since the image, once CRIU has saved the
+ * processes (they no longer write), as an OCI layer tar among CRIU's
+ * files, so that the image's checksums cover it. containerd's differ
+ * writes it, whatever the snapshotter: ctr snapshots diff. After a failure
+ * the container stays in containerd with its snapshot. */
+static int save_rootfs_diff(struct target *t, struct manifest *m, struct stasis_error **err)
+{
+	char path[PATH_MAX + 32];
+	uint64_t start = now_usec();
+	struct containerd c;
+	_cleanup_close_ int fd = -1;
+	int r;
+
+	snprintf(path, sizeof(path), "%s/" ROOTFS_DIFF_NAME, t->images);
+	fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return stasis_error_errno(err, errno, "creating %s: %s", path, strerror(errno));
+	client_of(t, &c);
+	r = fault_at("rootfs-diff", 0)
+		? stasis_error_set(err, EIO, STASIS_DOMAIN_USAGE, 0, "rootfs diff: injected fault")
+		: containerd_snapshot_diff(&c, t->snapshotter, t->snapshot, fd, err);
+	if (r == 0 && fsync(fd) < 0)
+		r = stasis_error_errno(err, errno, "writing %s: %s", path, strerror(errno));
+	manifest_add_phase(m, "rootfs_diff", now_usec() - start);
+	if (r < 0 && !t->checkpoint->leave_running)
+		return stasis_error_hint(err,
+					 "the checkpoint stopped the container; '%s' stays in "
+					 "containerd with its snapshot '%s' (ctr tasks delete %s, "
+					 "then start it again)",
+					 t->id, t->snapshot, t->id);
+	return r;
+}
+
 static int containerd_dump(struct target *t, struct manifest *m, struct stasis_error **err)
 {
 	bool leave_running = t->checkpoint->leave_running;
@@ -128,10 +229,43 @@ static int containerd_dump(struct target *t, struct manifest *m, struct stasis_e
 	r = runc_checkpoint(t->runc_root, t->id, t->images, t->images, leave_running, err);
 	progress_end();
 	manifest_add_phase(m, "runc_checkpoint", now_usec() - start);
+	if (r == 0 && t->snapshot[0])
+		r = save_rootfs_diff(t, m, err);
 	/* Its task stopped when CRIU killed it; the image holds the rest. */
 	if (r == 0 && !leave_running)
 		remove_container(t);
 	return r;
+}
+
+/* An image container comes back on a fresh snapshot of the same image,
+ * which the destination's containerd must have (the same digest, when the
+ * checkpoint knew it). */
+static int require_image(const struct containerd *c, const struct manifest *m,
+			 struct stasis_error **err)
+{
+	const char *image = m->container.image, *want = m->container.image_digest;
+	char digest[160];
+	int r;
+
+	if (!image)
+		return 0;
+	r = containerd_image_digest(c, image, digest, sizeof(digest), err);
+	if (r < 0)
+		return r;
+	if (want && strcmp(want, digest) != 0) {
+		stasis_error_set(err, EINVAL, STASIS_DOMAIN_USAGE, 0,
+				 "image '%s' in containerd's namespace '%s' is %s, but the "
+				 "container was checkpointed on %s",
+				 image, c->namespace, digest, want);
+		return stasis_error_hint(err, "its rootfs-diff.tar applies only to that image; "
+					      "import the same image");
+	}
+	if (m->container.snapshotter && !snapshotter_supported(m->container.snapshotter))
+		return stasis_error_set(
+		    err, ENOTSUP, STASIS_DOMAIN_USAGE, 0,
+		    "the image's snapshotter '%s' is not one stasis restores on",
+		    m->container.snapshotter);
+	return 0;
 }
 
 static int containerd_restore_check(struct target *t, const struct manifest *m,
@@ -147,9 +281,13 @@ static int containerd_restore_check(struct target *t, const struct manifest *m,
 	r = containerd_require(&c, err);
 	if (r < 0)
 		return r;
+	containerd_links_sweep(&c);
 	if (!m->container.spec)
 		return stasis_error_set(err, EINVAL, STASIS_DOMAIN_USAGE, 0,
 					"the image has no OCI spec for container '%s'", t->id);
+	r = require_image(&c, m, err);
+	if (r < 0)
+		return r;
 	if (containerd_container(&c, t->id, &taken, NULL) == 0) {
 		free(taken.spec);
 		stasis_error_set(err, EEXIST, STASIS_DOMAIN_USAGE, 0,
@@ -186,18 +324,63 @@ static char *spec_for(const struct target *t, const struct manifest *m)
 	return text;
 }
 
+/* The spec's process.args, NULL-terminated, pointing into spec (which
+ * must outlive them); NULL when it has none. */
+static const char **process_args(json_object *spec)
+{
+	json_object *process, *args;
+	const char **out;
+	size_t n;
+
+	if (!json_object_object_get_ex(spec, "process", &process) ||
+	    !json_object_object_get_ex(process, "args", &args) ||
+	    !json_object_is_type(args, json_type_array))
+		return NULL;
+	n = json_object_array_length(args);
+	out = calloc(n + 1, sizeof(*out));
+	for (size_t i = 0; out && i < n; i++)
+		out[i] = json_object_get_string(json_object_array_get_idx(args, i));
+	return out;
+}
+
+/* containerd creates the container, with the link as its runc: from the
+ * spec (a root folder), or from its image on a fresh snapshot, the image's
+ * process args making containerd's own record of it read the same. */
+static int run_container(const struct target *t, const struct manifest *m, const char *spec_file,
+			 const char *link, struct stasis_error **err)
+{
+	struct containerd_run run = {.id = t->id, .runc_binary = link, .spec_file = spec_file};
+	json_object *spec = NULL;
+	_cleanup_free_ const char **args = NULL;
+	struct containerd c;
+	int r;
+
+	if (m->container.image) {
+		spec = json_tokener_parse(m->container.spec);
+		args = spec ? process_args(spec) : NULL;
+		run.image = m->container.image;
+		run.snapshotter = m->container.snapshotter;
+		run.args = args;
+	}
+	client_of(t, &c);
+	r = containerd_run(&c, &run, err);
+	json_object_put(spec);
+	return r;
+}
+
 static int containerd_restore_images(struct target *t, struct manifest *m,
 				     struct image_verifier *verifier, pid_t *root,
 				     struct stasis_error **err)
 {
 	char dir[PATH_MAX], work[PATH_MAX], spec_file[PATH_MAX + 16], link[PATH_MAX + 32];
+	char diff[PATH_MAX + 32];
 	const char *socket = getenv("STASIS_PLUGIN_SOCKET"), *map = getenv("STASIS_NVIDIA_DEV_MAP");
 	struct runc_wrap_request req = {.images = t->images,
 					.work = work,
 					.plugin_socket = socket ? socket : "",
 					.dev_map = map ? map : ""};
 	_cleanup_free_ char *spec = spec_for(t, m);
-	struct containerd c;
+	_cleanup_close_ int lock = -1;
 	int r;
 
 	if (fault_at("criu-restore", 0))
@@ -208,17 +391,28 @@ static int containerd_restore_images(struct target *t, struct manifest *m,
 					"the image's OCI spec is not valid JSON");
 	wrap_dir(t, dir, sizeof(dir));
 	snprintf(work, sizeof(work), "%s/restore-%d", t->dir, (int)getpid());
+	snprintf(spec_file, sizeof(spec_file), "%s/config.json", dir);
+	snprintf(diff, sizeof(diff), "%s/" ROOTFS_DIFF_NAME, t->images);
+	if (m->container.image) {
+		req.spec = spec_file;
+		req.rootfs_diff = diff;
+		if (fault_at("rootfs-apply", 0))
+			strcat(diff, ".injected-fault"); /* a diff that is not there */
+	}
+	/* No sweep removes the link folder until containerd knows its
+	 * container. */
+	lock = containerd_links_hold(dir);
 	r = runc_wrap_prepare(dir, &req, link, sizeof(link), err);
 	if (r < 0)
 		return r;
 	r = write_file_atomic(dir, "config.json", spec, strlen(spec));
+	if (r == 0)
+		r = write_file_atomic(dir, LINKS_ADDRESS_FILE, t->address, strlen(t->address));
 	if (r < 0)
 		return stasis_error_errno(err, -r, "writing the spec in %s", dir);
-	snprintf(spec_file, sizeof(spec_file), "%s/config.json", dir);
-	client_of(t, &c);
 	progress_begin("containerd restore of %zu process%s", m->nprocs,
 		       m->nprocs == 1 ? "" : "es");
-	r = containerd_run(&c, t->id, spec_file, link, err);
+	r = run_container(t, m, spec_file, link, err);
 	progress_end();
 	return r < 0 ? stasis_error_hint(err, "CRIU's log: %s/restore.log", work) : 0;
 }

@@ -43,11 +43,12 @@ void containerd_client(struct containerd *c, const char *address, const char *na
 /* ctr ARGS... against c's socket and namespace; out as exec_run's. Where
  * no socket is, -ECONNREFUSED at once: ctr would wait out its connect
  * timeout (stasis ps on a machine without containerd). */
-static int ctr(const struct containerd *c, const char *const *args, char **out)
+static int ctr_to(const struct containerd *c, const char *const *args, int out_fd, char **out)
 {
-	const char *argv[24] = {ctr_binary(), "--address",	   c->address, "--namespace",
-				c->namespace, "--connect-timeout", "3s"};
-	size_t n = 7;
+	const char *head[] = {ctr_binary(), "--address",	 c->address, "--namespace",
+			      c->namespace, "--connect-timeout", "3s"};
+	_cleanup_free_ const char **argv = NULL;
+	size_t n = 0, nargs = 0;
 	const char *socket = c->address;
 	struct stat st;
 
@@ -55,10 +56,21 @@ static int ctr(const struct containerd *c, const char *const *args, char **out)
 		socket += 7;
 	if (stat(socket, &st) < 0 || !S_ISSOCK(st.st_mode))
 		return -ECONNREFUSED;
-	while (*args && n < ARRAY_SIZE(argv) - 1)
-		argv[n++] = *args++;
-	argv[n] = NULL;
-	return exec_run(argv, out);
+	while (args[nargs])
+		nargs++;
+	argv = calloc(ARRAY_SIZE(head) + nargs + 1, sizeof(*argv));
+	if (!argv)
+		return -ENOMEM;
+	for (size_t i = 0; i < ARRAY_SIZE(head); i++)
+		argv[n++] = head[i];
+	for (size_t i = 0; i < nargs; i++)
+		argv[n++] = args[i];
+	return out_fd >= 0 ? exec_run_to(argv, out_fd, out) : exec_run(argv, out);
+}
+
+static int ctr(const struct containerd *c, const char *const *args, char **out)
+{
+	return ctr_to(c, args, -1, out);
 }
 
 int containerd_require(const struct containerd *c, struct stasis_error **err)
@@ -197,6 +209,7 @@ int containerd_container(const struct containerd *c, const char *id,
 	snprintf(out->id, sizeof(out->id), "%s", id);
 	copy_string(o, "Image", out->image, sizeof(out->image));
 	copy_string(o, "SnapshotKey", out->snapshot, sizeof(out->snapshot));
+	copy_string(o, "Snapshotter", out->snapshotter, sizeof(out->snapshotter));
 	runc_option(o, OPTION_ROOT, out->runc_root, sizeof(out->runc_root));
 	if (!out->runc_root[0])
 		snprintf(out->runc_root, sizeof(out->runc_root), SHIM_RUNC_ROOT "/%s",
@@ -285,17 +298,97 @@ void containerd_remove(const struct containerd *c, const char *id)
 	ctr(c, rm, NULL);
 }
 
-int containerd_run(const struct containerd *c, const char *id, const char *spec_file,
-		   const char *runc_binary, struct stasis_error **err)
+int containerd_run(const struct containerd *c, const struct containerd_run *run,
+		   struct stasis_error **err)
 {
-	const char *run[] = {"run",	      "--detach",  "--null-io",
-			     "--runc-binary", runc_binary, "--config",
-			     spec_file,	      id,	   NULL};
+	const char *head[] = {"run", "--detach", "--null-io", "--runc-binary", run->runc_binary};
+	_cleanup_free_ const char **args = NULL;
 	_cleanup_free_ char *out = NULL;
+	size_t n = 0, nargs = 0;
 
-	if (ctr(c, run, &out) == 0)
+	while (run->args && run->args[nargs])
+		nargs++;
+	args = calloc(ARRAY_SIZE(head) + nargs + 8, sizeof(*args));
+	if (!args)
+		return stasis_error_errno(err, ENOMEM, "out of memory");
+	for (size_t i = 0; i < ARRAY_SIZE(head); i++)
+		args[n++] = head[i];
+	if (run->image) {
+		if (run->snapshotter && *run->snapshotter) {
+			args[n++] = "--snapshotter";
+			args[n++] = run->snapshotter;
+		}
+		args[n++] = run->image;
+		args[n++] = run->id;
+		for (size_t i = 0; i < nargs; i++)
+			args[n++] = run->args[i];
+	} else {
+		args[n++] = "--config";
+		args[n++] = run->spec_file;
+		args[n++] = run->id;
+	}
+	if (ctr(c, args, &out) == 0)
 		return 0;
 	return stasis_error_set(err, EIO, STASIS_DOMAIN_CRIU, 0,
-				"containerd could not start '%s' from the image: %s", id,
+				"containerd could not start '%s' from the image: %s", run->id,
 				out && *last_line(out) ? last_line(out) : "ctr run failed");
+}
+
+/* "REF TYPE DIGEST SIZE ..." lines of ctr images ls. */
+int containerd_image_digest(const struct containerd *c, const char *ref, char *digest, size_t len,
+			    struct stasis_error **err)
+{
+	const char *ls[] = {"images", "ls", NULL};
+	_cleanup_free_ char *text = NULL;
+	char *save = NULL;
+	int r = ctr(c, ls, &text);
+
+	if (r != 0 || !text)
+		return stasis_error_set(err, EIO, STASIS_DOMAIN_USAGE, 0,
+					"containerd did not list its images at %s", c->address);
+	for (char *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+		char name[512], type[256], sum[160];
+
+		if (sscanf(line, "%511s %255s %159s", name, type, sum) == 3 &&
+		    strcmp(name, ref) == 0) {
+			snprintf(digest, len, "%s", sum);
+			return 0;
+		}
+	}
+	stasis_error_set(err, ENOENT, STASIS_DOMAIN_USAGE, 0,
+			 "image '%s' is not in containerd's namespace '%s'", ref, c->namespace);
+	return stasis_error_hint(err,
+				 "pull or import it first (ctr -n %s images pull %s, or images "
+				 "import); nothing was changed",
+				 c->namespace, ref);
+}
+
+int containerd_snapshot_diff(const struct containerd *c, const char *snapshotter, const char *key,
+			     int fd, struct stasis_error **err)
+{
+	const char *diff[] = {"snapshots",
+			      "--snapshotter",
+			      snapshotter,
+			      "diff",
+			      "--media-type",
+			      "application/vnd.oci.image.layer.v1.tar",
+			      key,
+			      NULL};
+	_cleanup_free_ char *out = NULL;
+	int r = ctr_to(c, diff, fd, &out);
+
+	if (r == 0)
+		return 0;
+	return stasis_error_set(
+	    err, EIO, STASIS_DOMAIN_USAGE, 0, "containerd could not diff snapshot '%s' (%s): %s",
+	    key, snapshotter,
+	    out && *last_line(out) ? last_line(out) : "ctr snapshots diff failed");
+}
+
+int containerd_ids(const struct containerd *c, char **ids)
+{
+	const char *ls[] = {"containers", "ls", "-q", NULL};
+
+	*ids = NULL;
+	return ctr(c, ls, ids);
 }

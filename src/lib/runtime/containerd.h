@@ -19,11 +19,12 @@ struct containerd {
 
 struct containerd_container {
 	char id[256];
-	char status[32]; /* its task's, lower case: "running", "stopped", ...;
-			  * "created" when it has no task */
-	pid_t pid;	 /* its task's init on the host; 0 without a task */
-	char image[256]; /* "" for a container made from a root folder */
-	char snapshot[256];
+	char status[32];	  /* its task's, lower case: "running", "stopped", ...;
+				   * "created" when it has no task */
+	pid_t pid;		  /* its task's init on the host; 0 without a task */
+	char image[256];	  /* "" for a container made from a root folder */
+	char snapshot[256];	  /* its root's snapshot key, "" when none */
+	char snapshotter[64];	  /* the snapshotter that holds it */
 	char runc_root[PATH_MAX]; /* the runc state folder its shim uses */
 	char *spec;		  /* its OCI spec, JSON text (the caller frees) */
 };
@@ -47,9 +48,34 @@ int containerd_list(const struct containerd *c, struct target_container **list, 
 /* Remove id's task (killed first when it runs) and its container. */
 void containerd_remove(const struct containerd *c, const char *id);
 
-/* Start container id with the OCI spec in spec_file, its stdio /dev/null,
- * run by runc_binary (which makes containerd's runc create a restore). */
-int containerd_run(const struct containerd *c, const char *id, const char *spec_file,
-		   const char *runc_binary, struct stasis_error **err);
+/* A container to start, its stdio /dev/null, run by runc_binary (which
+ * makes containerd's runc create a restore): from the OCI spec in
+ * spec_file (a root folder), or from image on a new snapshot with args as
+ * its command (the runc link puts the image's own spec in place). */
+struct containerd_run {
+	const char *id;
+	const char *runc_binary;
+	const char *spec_file;
+	const char *image;
+	const char *snapshotter;
+	const char *const *args; /* NULL-terminated; NULL for the image's */
+};
+
+int containerd_run(const struct containerd *c, const struct containerd_run *run,
+		   struct stasis_error **err);
+
+/* The digest of image ref in c's namespace into digest (ENOENT "image ...
+ * is not in containerd's namespace ..." when it is not there). */
+int containerd_image_digest(const struct containerd *c, const char *ref, char *digest, size_t len,
+			    struct stasis_error **err);
+
+/* The changes of snapshot key against its parent as an uncompressed OCI
+ * layer tar (whiteouts for deletions), written to fd. */
+int containerd_snapshot_diff(const struct containerd *c, const char *snapshotter, const char *key,
+			     int fd, struct stasis_error **err);
+
+/* The ids of c's namespace's containers, one a line, into *ids (the caller
+ * frees); -errno or ctr's status when containerd did not answer. */
+int containerd_ids(const struct containerd *c, char **ids);
 
 #endif

@@ -2,8 +2,11 @@
 #include "runc-wrap.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <json-c/json.h>
 #include <libgen.h>
 #include <limits.h>
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,16 +15,18 @@
 #include <unistd.h>
 
 #include "criu-rpc.h"
+#include "rootfs-diff.h"
 #include "runc.h"
 #include "util.h"
 
 #define REQUEST "restore-request"
 #define RESTORED "restored"
+#define REQUEST_LINES 6
 
 int runc_wrap_prepare(const char *dir, const struct runc_wrap_request *req, char *link, size_t len,
 		      struct stasis_error **err)
 {
-	char self[PATH_MAX], text[4 * PATH_MAX + 64];
+	char self[PATH_MAX], text[REQUEST_LINES * PATH_MAX + 64];
 	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
 	int r;
 
@@ -34,15 +39,17 @@ int runc_wrap_prepare(const char *dir, const struct runc_wrap_request *req, char
 	unlink(link);
 	if (symlink(self, link) < 0)
 		return stasis_error_errno(err, errno, "linking %s", link);
-	snprintf(text, sizeof(text), "%s\n%s\n%s\n%s\n", req->images, req->work, req->plugin_socket,
-		 req->dev_map);
+	snprintf(text, sizeof(text), "%s\n%s\n%s\n%s\n%s\n%s\n", req->images, req->work,
+		 req->plugin_socket, req->dev_map, req->spec ? req->spec : "",
+		 req->rootfs_diff ? req->rootfs_diff : "");
 	r = write_file_atomic(dir, REQUEST, text, strlen(text));
 	return r < 0 ? stasis_error_errno(err, -r, "writing the restore request in %s", dir) : 0;
 }
 
 void runc_wrap_remove(const char *dir)
 {
-	static const char *const names[] = {RUNC_WRAP_NAME, REQUEST, RESTORED, "config.json"};
+	static const char *const names[] = {RUNC_WRAP_NAME, REQUEST, RESTORED, "config.json",
+					    "address"};
 	char path[PATH_MAX + 32];
 
 	for (size_t i = 0; i < ARRAY_SIZE(names); i++) {
@@ -59,11 +66,12 @@ void runc_wrap_remove(const char *dir)
 	}
 }
 
-/* The request's lines, in place: images, work, socket, device map. */
-static bool read_request(char *text, char *lines[4])
+/* The request's lines, in place: images, work, socket, device map, spec,
+ * rootfs diff. */
+static bool read_request(char *text, char *lines[REQUEST_LINES])
 {
 	/* strsep keeps the empty lines an unset value leaves. */
-	for (int i = 0; i < 4; i++) {
+	for (int i = 0; i < REQUEST_LINES; i++) {
 		lines[i] = strsep(&text, "\n");
 		if (!lines[i])
 			lines[i] = (char *)"";
@@ -101,17 +109,110 @@ static int run_with_stdio(char **argv)
 	return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
+/* A failure before runc runs, where the shim reads runc's: a line of
+ * runc's JSON log (its global --log), else stderr. */
+static void report(char **argv, int command, const char *fmt, ...)
+{
+	char msg[PATH_MAX * 2];
+	const char *log = NULL;
+	json_object *line;
+	va_list ap;
+	FILE *f;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "%s: %s\n", RUNC_WRAP_NAME, msg);
+	for (int i = 1; i < command - 1; i++)
+		if (strcmp(argv[i], "--log") == 0)
+			log = argv[i + 1];
+	f = log ? fopen(log, "ae") : NULL;
+	if (!f)
+		return;
+	line = json_object_new_object();
+	json_object_object_add(line, "level", json_object_new_string("error"));
+	json_object_object_add(line, "msg", json_object_new_string(msg));
+	fprintf(f, "%s\n", json_object_to_json_string_ext(line, JSON_C_TO_STRING_PLAIN));
+	json_object_put(line);
+	fclose(f);
+}
+
+/* create's --bundle (-b), else the current folder, as runc reads it. */
+static void bundle_of(char **argv, int command, int argc, char *out, size_t len)
+{
+	for (int i = command + 1; i < argc - 2; i++)
+		if (strcmp(argv[i], "--bundle") == 0 || strcmp(argv[i], "-b") == 0) {
+			snprintf(out, len, "%s", argv[i + 1]);
+			return;
+		}
+	for (int i = command + 1; i < argc - 1; i++)
+		if (strncmp(argv[i], "--bundle=", 9) == 0) {
+			snprintf(out, len, "%s", argv[i] + 9);
+			return;
+		}
+	if (!getcwd(out, len))
+		snprintf(out, len, ".");
+}
+
+/* A container on an image snapshot: the shim has mounted a fresh snapshot
+ * of the image as the bundle's root and written the spec that ctr run made
+ * from the image; the image's own spec replaces it, and the writable
+ * layer's changes go onto the root, so that CRIU finds every file the
+ * processes had open. */
+static int prepare_bundle(char **argv, int command, const char *bundle, const char *spec_file,
+			  const char *diff)
+{
+	char root[PATH_MAX * 2 + 2];
+	_cleanup_free_ char *spec = read_file_str(spec_file, NULL);
+	json_object *o = spec ? json_tokener_parse(spec) : NULL, *root_o, *path;
+	const char *root_path = "rootfs";
+	_cleanup_error_ struct stasis_error *err = NULL;
+	int r;
+
+	if (!o) {
+		report(argv, command, "cannot read the OCI spec %s", spec_file);
+		return -1;
+	}
+	if (json_object_object_get_ex(o, "root", &root_o) &&
+	    json_object_object_get_ex(root_o, "path", &path))
+		root_path = json_object_get_string(path);
+	if (root_path[0] == '/')
+		snprintf(root, sizeof(root), "%s", root_path);
+	else
+		snprintf(root, sizeof(root), "%s/%s", bundle, root_path);
+	json_object_put(o);
+	r = write_file_atomic(bundle, "config.json", spec, strlen(spec));
+	if (r < 0) {
+		report(argv, command, "writing %s/config.json: %s", bundle, strerror(-r));
+		return r;
+	}
+	if (!diff[0])
+		return 0;
+	r = rootfs_diff_apply(diff, root, &err);
+	if (r < 0)
+		report(argv, command, "%s", err ? err->message : "applying the rootfs diff failed");
+	return r;
+}
+
 /* "runc GLOBALS create [options] ID" becomes "runc GLOBALS restore
  * --detach ... ID" for the image of the request; create's options that
  * restore does not take are dropped. */
-static int restore_instead(char **argv, int command, int argc, char *request[4], const char *dir)
+static int restore_instead(char **argv, int command, int argc, char *request[REQUEST_LINES],
+			   const char *dir)
 {
 	char **out = calloc((size_t)argc + 16, sizeof(*out));
-	char done[PATH_MAX + 32], path[PATH_MAX + 32];
+	char done[PATH_MAX + 32], path[PATH_MAX + 32], bundle[PATH_MAX];
 	int n = 0, r;
 
 	if (!out)
 		return 1;
+	bundle_of(argv, command, argc, bundle, sizeof(bundle));
+	if (request[4][0] && prepare_bundle(argv, command, bundle, request[4], request[5]) < 0) {
+		snprintf(path, sizeof(path), "%s/" REQUEST, dir);
+		unlink(path);
+		free(out);
+		return 1;
+	}
 	out[n++] = (char *)runc_binary();
 	out[n++] = (char *)"--criu";
 	out[n++] = (char *)criu_binary();
@@ -149,7 +250,7 @@ static int restore_instead(char **argv, int command, int argc, char *request[4],
 
 int runc_wrap_main(int argc, char **argv)
 {
-	char self[PATH_MAX], here[PATH_MAX], path[PATH_MAX + 32], *request[4];
+	char self[PATH_MAX], here[PATH_MAX], path[PATH_MAX + 32], *request[REQUEST_LINES];
 	_cleanup_free_ char *text = NULL;
 	char **out;
 	int command = 1;

@@ -21,6 +21,12 @@ struct runc_wrap_request {
 	const char *work;	   /* runc's and CRIU's logs */
 	const char *plugin_socket; /* the GPU handoff's, "" when none */
 	const char *dev_map;	   /* STASIS_NVIDIA_DEV_MAP */
+	/* A container on an image snapshot: the OCI spec that replaces the
+	 * one containerd wrote in the bundle, and its writable layer's
+	 * changes, applied onto the bundle's root before CRIU runs; "" for a
+	 * container whose root is a folder. */
+	const char *spec;
+	const char *rootfs_diff;
 };
 
 /* The link for a restore in folder dir (made if needed), with the request

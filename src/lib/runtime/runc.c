@@ -48,7 +48,15 @@ static void from_json(json_object *o, struct runc_container *c)
 
 int runc_state(const char *id, struct runc_container *c, struct stasis_error **err)
 {
-	const char *argv[] = {runc_binary(), "state", id, NULL};
+	return runc_state_at(NULL, id, c, err);
+}
+
+int runc_state_at(const char *root, const char *id, struct runc_container *c,
+		  struct stasis_error **err)
+{
+	const char *with_root[] = {runc_binary(), "--root", root, "state", id, NULL};
+	const char *plain[] = {runc_binary(), "state", id, NULL};
+	const char *const *argv = root ? with_root : plain;
 	_cleanup_free_ char *out = NULL;
 	json_object *o;
 	int r = exec_run(argv, &out);

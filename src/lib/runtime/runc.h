@@ -24,6 +24,9 @@ int runc_require(struct stasis_error **err);
 
 /* ENOENT "no container 'ID'" when runc does not know it. */
 int runc_state(const char *id, struct runc_container *c, struct stasis_error **err);
+/* The same in runc's state folder root (--root). */
+int runc_state_at(const char *root, const char *id, struct runc_container *c,
+		  struct stasis_error **err);
 
 /* Every container runc knows; the caller frees *out. */
 int runc_list(struct runc_container **out, size_t *n, struct stasis_error **err);

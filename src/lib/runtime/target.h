@@ -102,6 +102,8 @@ struct target {
 	char namespace[128];	  /* containerd's namespace */
 	char address[PATH_MAX];	  /* containerd's socket */
 	char runc_root[PATH_MAX]; /* runc's state folder under containerd's shim */
+	char snapshot[256];	  /* containerd: its root's snapshot key, or "" */
+	char snapshotter[64];	  /* containerd: the snapshotter that holds it */
 	char images[PATH_MAX];	  /* CRIU's image folder: inside dir, or the stage */
 	char stage[PATH_MAX];	  /* at checkpoint, a staging folder in memory, or "" */
 };
