@@ -14,6 +14,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "stasis.h"
 #include "util.h"
 
 /* PSK with (EC)DHE: the key proves the peer, the exchange gives forward
@@ -284,7 +285,9 @@ static int send_all(struct tls_channel *ch, const unsigned char *p, size_t len)
 	while (len) {
 		ssize_t n = gnutls_record_send(ch->session, p, len);
 
-		if (n == GNUTLS_E_AGAIN)
+		/* A signal that is not a request to stop (those set the
+		 * interrupted flag) must not end the migration. */
+		if (n == GNUTLS_E_AGAIN || (n == GNUTLS_E_INTERRUPTED && !stasis_interrupted()))
 			continue;
 		if (n <= 0)
 			return io_error(n);
