@@ -4,7 +4,8 @@
  * lock, checkpoint, criu-dump, manifest, criu-restore, restore, unlock,
  * serve (no FUSE folder for a compressed image's pages), rootfs-diff (a
  * containerd image container's diff at checkpoint), rootfs-apply (its
- * apply at restore, inside the runc link), and
+ * apply at restore, inside the runc link), stage-slow (the write of a
+ * staged --leave-running image sleeps 0.5 s a chunk), and
  * "signal-after-checkpoint" (raise SIGTERM mid-way). */
 #ifndef STASIS_FAULT_H
 #define STASIS_FAULT_H
