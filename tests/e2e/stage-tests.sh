@@ -14,13 +14,18 @@ wait_runs_again() {
 	[ ! -e "$1/img/manifest.json" ] || { fail "the image was done before the test's signal"; return 1; }
 }
 
+# mount_stage DIR SIZE: a tmpfs of SIZE at DIR, unmounted by the cleanup.
+mount_stage() {
+	mkdir -p "$1" && mount -t tmpfs -o size="$2" tmpfs "$1" || return 1
+	echo "$1" >>"$TMP/mounts"
+}
+
 # The staging folders stasis left in $1 (its stage root).
 stages_in() { find "$1" -maxdepth 1 -name 'stasis-stage-*' 2>/dev/null; }
 
 test_stage_leave_running() {
 	local w="$TMP/st1" pid root="$TMP/st1-stage"
-	mkdir -p "$root" && mount -t tmpfs -o size=512m tmpfs "$root" || return 1
-	echo "$root" >>"$TMP/mounts"
+	mount_stage "$root" 512m || return 1
 	start_workload "$w" || return 1
 	STASIS_STAGE_DIR=$root "$STASIS" checkpoint "$pid" -D "$w/img" --leave-running --json \
 		>"$w/stats" || return 1
@@ -46,8 +51,7 @@ test_stage_leave_running() {
 # written while the tree waits, and the stats say why.
 test_stage_falls_back() {
 	local w="$TMP/st2" pid root="$TMP/st2-stage"
-	mkdir -p "$root" && mount -t tmpfs -o size=1m tmpfs "$root" || return 1
-	echo "$root" >>"$TMP/mounts"
+	mount_stage "$root" 1m || return 1
 	start_workload "$w" || return 1
 	STASIS_STAGE_DIR=$root "$STASIS" checkpoint "$pid" -D "$w/a" --leave-running --json \
 		>"$w/stats" || return 1
@@ -66,8 +70,7 @@ test_stage_falls_back() {
 # folder the dead run left in memory.
 test_stage_killed_while_writing() {
 	local w="$TMP/st3" pid root="$TMP/st3-stage" cp
-	mkdir -p "$root" && mount -t tmpfs -o size=512m tmpfs "$root" || return 1
-	echo "$root" >>"$TMP/mounts"
+	mount_stage "$root" 512m || return 1
 	start_workload "$w" || return 1
 	STASIS_STAGE_DIR=$root STASIS_FAULT=stage-slow "$STASIS" checkpoint "$pid" -D "$w/img" \
 		--leave-running &
@@ -91,8 +94,7 @@ test_stage_killed_while_writing() {
 # runs on, and nothing of the image is kept.
 test_stage_interrupted_while_writing() {
 	local w="$TMP/st4" pid root="$TMP/st4-stage" cp
-	mkdir -p "$root" && mount -t tmpfs -o size=512m tmpfs "$root" || return 1
-	echo "$root" >>"$TMP/mounts"
+	mount_stage "$root" 512m || return 1
 	start_workload "$w" || return 1
 	STASIS_STAGE_DIR=$root STASIS_FAULT=stage-slow "$STASIS" checkpoint "$pid" -D "$w/img" \
 		--leave-running 2>"$w/err" &

@@ -36,6 +36,13 @@ bool image_is_packed_file(const char *name)
 	return pages_named(name, ".img" IMAGE_PACKED_SUFFIX);
 }
 
+bool image_is_log_file(const char *name)
+{
+	size_t len = strlen(name);
+
+	return len > 4 && strcmp(name + len - 4, ".log") == 0;
+}
+
 int image_scan_pages(DIR *d, int (*add)(void *ctx, const char *name), void *ctx)
 {
 	struct dirent *de;

@@ -18,6 +18,8 @@
 bool image_is_pages_file(const char *name);
 /* A pages image compressed by image-pack.c (NAME.img.zst). */
 bool image_is_packed_file(const char *name);
+/* CRIU's log (NAME.log): kept beside the image, not part of it. */
+bool image_is_log_file(const char *name);
 
 /* Pass each pages image in d to add(ctx, name), which skips those it has
  * already; a file gone meanwhile (-ENOENT) is no error. For following a

@@ -308,13 +308,6 @@ static void *commit_worker(void *arg)
 	}
 }
 
-static bool is_log(const char *name)
-{
-	size_t len = strlen(name);
-
-	return len > 4 && strcmp(name + len - 4, ".log") == 0;
-}
-
 /* Every staged file the follower did not take, then each its manifest
  * entry unless it is a log. */
 static int list_rest(struct image_stager *s, struct manifest *m)
@@ -336,14 +329,14 @@ static int list_rest(struct image_stager *s, struct manifest *m)
 	for (size_t i = 0; i < s->nfiles; i++) {
 		struct manifest_file *mf;
 
-		if (is_log(s->files[i].name))
+		if (image_is_log_file(s->files[i].name))
 			continue;
 		mf = manifest_add_file(m);
 		if (!mf || asprintf(&mf->name, "%s/%s", IMAGE_CRIU_SUBDIR, s->files[i].name) < 0)
 			return -ENOMEM;
 	}
 	for (size_t i = 0; i < s->nfiles; i++)
-		if (!is_log(s->files[i].name))
+		if (!image_is_log_file(s->files[i].name))
 			s->files[i].listed = &m->files[first++];
 	return 0;
 }
@@ -394,8 +387,6 @@ int image_stage_commit(struct image_stager *s, struct manifest *m, struct stasis
 	if (r < 0)
 		return stasis_error_errno(err, -r, "writing the image from memory to %s: %s",
 					  s->dir, strerror(-r));
-	m->image_bytes = 0;
-	for (size_t i = 0; i < m->nfiles; i++)
-		m->image_bytes += m->files[i].size;
+	image_count_bytes(m);
 	return image_sync(s->dir, m, err);
 }

@@ -56,9 +56,7 @@ void image_discard(const char *dir, bool made)
 	snprintf(sub, sizeof(sub), "%s/%s", dir, IMAGE_CRIU_SUBDIR);
 	d = opendir(sub);
 	while (d && (de = readdir(d))) {
-		size_t len = strlen(de->d_name);
-
-		if (de->d_type != DT_DIR && !(len > 4 && strcmp(de->d_name + len - 4, ".log") == 0))
+		if (de->d_type != DT_DIR && !image_is_log_file(de->d_name))
 			unlinkat(dirfd(d), de->d_name, 0);
 	}
 	if (d)
@@ -124,10 +122,15 @@ int image_checksum(const char *dir, struct manifest *m, struct image_follower *f
 	if (r < 0)
 		return stasis_error_errno(err, -r, "checksumming %s/%s: %s", dir,
 					  m->files[failed].name, strerror(-r));
+	image_count_bytes(m);
+	return 0;
+}
+
+void image_count_bytes(struct manifest *m)
+{
 	m->image_bytes = 0;
 	for (size_t i = 0; i < m->nfiles; i++)
 		m->image_bytes += m->files[i].size;
-	return 0;
 }
 
 /* Checks the files of m whose "actual" entry is hashed (so far) against m. */

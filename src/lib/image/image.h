@@ -53,6 +53,9 @@ int image_pack_finish(struct image_packer *p, struct manifest *m, struct stasis_
 /* Stops the threads and removes the staging folder. */
 void image_pack_free(struct image_packer *p);
 
+/* m's image_bytes: the sum of its files' sizes. */
+void image_count_bytes(struct manifest *m);
+
 /* Checksum every file under DIR/criu into m->files and add up image_bytes,
  * using what follower (may be NULL) has hashed already; files m lists
  * already keep their checksums. */
