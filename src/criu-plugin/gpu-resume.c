@@ -17,8 +17,10 @@
  *   plugin: "go"                     (or "abort ERRNO" when a wake failed)
  *   stasis: "ok" | "fail MESSAGE"
  * A failed restore kills the tree while no restored thread has run. */
+#include <dirent.h>
 #include <errno.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -194,6 +196,86 @@ static char *restore_request(pid_t root, pid_t *pids, size_t *n)
 	return msg;
 }
 
+struct tid_list {
+	pid_t *tids;
+	size_t n, cap;
+};
+
+static bool tid_push(struct tid_list *l, pid_t tid)
+{
+	if (l->n == l->cap) {
+		size_t cap = l->cap * 2 + 64;
+		pid_t *grown = realloc(l->tids, cap * sizeof(*grown));
+
+		if (!grown)
+			return false;
+		l->tids = grown;
+		l->cap = cap;
+	}
+	l->tids[l->n++] = tid;
+	return true;
+}
+
+/* Appends pid's threads other than its leader; false when out of memory. */
+static bool push_threads(struct tid_list *l, pid_t pid)
+{
+	char path[64];
+	struct dirent *de;
+	bool ok = true;
+	DIR *d;
+
+	snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+	d = opendir(path);
+	if (!d)
+		return true;
+	while (ok && (de = readdir(d))) {
+		long tid = strtol(de->d_name, NULL, 10);
+
+		if (tid > 0 && tid != pid)
+			ok = tid_push(l, (pid_t)tid);
+	}
+	closedir(d);
+	return ok;
+}
+
+/* Waits, as its tracer, until tid has died; gives up after about 10 s. */
+static void reap_tracee(pid_t tid)
+{
+	for (int i = 0; i < 10000; i++) {
+		int status;
+		pid_t r = waitpid(tid, &status, __WALL | WNOHANG);
+
+		if (r < 0 || (r == tid && (WIFEXITED(status) || WIFSIGNALED(status))))
+			return;
+		if (r == 0)
+			usleep(1000);
+	}
+}
+
+/* Kills the tree, then reaps every thread of it but the root's leader,
+ * each process's leader after its other threads. CRIU traces them all, and
+ * a traced thread that dies stays a zombie until its tracer waits for it;
+ * the init of a PID namespace does not finish dying before its children
+ * are gone, and CRIU's failure path waits for that init before anything
+ * else: without this, the failed restore of a tree rooted at a namespace's
+ * init never ends. The root's leader is left to CRIU, its parent. */
+static void kill_tree(const pid_t *pids, size_t n)
+{
+	struct tid_list l = {0};
+	bool listed = true;
+
+	/* The root's other threads last: the one of them that exits last
+	 * waits, as a namespace's init, for all the rest to be reaped. */
+	for (size_t i = 1; i < n && listed; i++)
+		listed = push_threads(&l, pids[i]) && tid_push(&l, pids[i]);
+	listed = listed && push_threads(&l, pids[0]);
+	for (size_t i = 0; i < n; i++)
+		kill(pids[i], SIGKILL);
+	for (size_t i = 0; listed && i < l.n; i++)
+		reap_tracee(l.tids[i]);
+	free(l.tids);
+}
+
 int gpu_resume_devices_late(int pid)
 {
 	static bool done;
@@ -220,7 +302,6 @@ int gpu_resume_devices_late(int pid)
 	/* No restored thread has run yet: the half-restored tree dies here,
 	 * so that CRIU's restore fails instead of resuming it. */
 	if (r != 0)
-		for (size_t i = 0; i < n; i++)
-			kill(pids[i], SIGKILL);
+		kill_tree(pids, n);
 	return r == 0 ? 0 : -1;
 }

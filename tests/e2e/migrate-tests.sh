@@ -155,6 +155,32 @@ test_migrate_fake_gpu() {
 	mig_unhosts
 }
 
+# The GPU restore fails inside the destination's CRIU, for a tree rooted at
+# its PID namespace's init: the destination gives up without hanging, and
+# the source's tree gets its GPU state back and runs on.
+test_migrate_gpu_restore_fails_in_criu() {
+	local d="$TMP/m2f" pid holder receiver ns
+	fake_env "$d"
+	mig_hosts m2f || return 1
+	ns_workload "$d" fake || return 1
+	for _ in $(seq 100); do [ "$(ls "$d/cuda" | wc -l)" -ge 5 ] && break; sleep 0.02; done
+	ns=$(ls "$d/cuda" | sort -n | tr '\n' ' ')
+	RECV_ENV="FAKE_CUDA_FAIL=restore:999" receiver || return 1
+	migrate "$pid" --to "$DST" --key-file "$KEY" 2>"$d/err" && { fail "migrated with a failing GPU restore"; return 1; }
+	grep -q "runs here again" "$d/err" || { fail "$(cat "$d/err")"; return 1; }
+	for _ in $(seq 300); do alive "$receiver" || break; sleep 0.1; done
+	alive "$receiver" && { fail "the receiver hangs: $(cat "$TMP/recv.err")"; return 1; }
+	wait "$receiver" && { fail "the receiver succeeded"; return 1; }
+	grep -q "restore of PID [0-9]*: CUDA_ERROR_UNKNOWN" "$TMP/recv.err" || { fail "receiver: $(cat "$TMP/recv.err")"; return 1; }
+	[ "$(states "$d" $ns)" = "0 0 0 0 0 " ] || { fail "after the failure: $(states "$d" $ns)"; return 1; }
+	alive "$pid" || { fail "the source's tree died"; return 1; }
+	echo "GPU restore failing in CRIU there -> $(cat "$d/err")"
+	echo "there -> $(cat "$TMP/recv.err")"
+	kill -9 "$pid"
+	reap "$holder"
+	mig_unhosts
+}
+
 # The receiver dies with the pages half sent: the source's tree runs on.
 test_migrate_receiver_killed() {
 	local w="$TMP/m3" pid holder receiver src

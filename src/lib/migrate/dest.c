@@ -295,7 +295,9 @@ static int restore(struct receipt *rc, struct stasis_error **err)
 	progress_end();
 	served = gpu_handoff_end(&handoff, &gpu_err);
 	manifest_add_phase(&rc->m, "criu_restore", now_usec() - start);
-	if (r == 0 && !(served == 0 && rc->pidns && manifest_cuda_count(&rc->m)))
+	/* A GPU restore that failed inside CRIU's restore failed it too: its
+	 * error is the one to give. */
+	if (served < 0 || (r == 0 && !(served == 0 && rc->pidns && manifest_cuda_count(&rc->m))))
 		r = restore_finish_gpus(&rc->m, &rc->plan, served, &gpu_err, err);
 	else if (r == 0)
 		r = stasis_error_set(err, EIO, STASIS_DOMAIN_CUDA, 0,
