@@ -154,7 +154,7 @@ int dir_is_empty(const char *path)
 	return r;
 }
 
-int remove_flat_dir(const char *path)
+int remove_dir_tree(const char *path)
 {
 	DIR *d = opendir(path);
 	struct dirent *de;
@@ -171,7 +171,7 @@ int remove_flat_dir(const char *path)
 		/* A runtime's work folder inside a staging folder. */
 		if (de->d_type == DT_DIR) {
 			snprintf(sub, sizeof(sub), "%s/%s", path, de->d_name);
-			s = remove_flat_dir(sub);
+			s = remove_dir_tree(sub);
 			if (s < 0 && r == 0)
 				r = s;
 		} else if (unlinkat(dirfd(d), de->d_name, 0) < 0 && r == 0)

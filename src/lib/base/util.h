@@ -73,9 +73,10 @@ int mkdir_p(const char *path);
 /* 0 if the directory holds nothing, 1 if it holds something, -errno. */
 int dir_is_empty(const char *path);
 
-/* Remove a folder that holds files, and folders of files (a runtime's
- * work folder); -errno of the first failure. */
-int remove_flat_dir(const char *path);
+/* Remove a folder and everything in it (a staging folder holds files and a
+ * runtime's work folder; symbolic links are removed, not followed); -errno
+ * of the first failure. */
+int remove_dir_tree(const char *path);
 
 /* Copy the regular file name from one folder into another (new there). */
 int copy_file_at(int from_dirfd, const char *name, int to_dirfd);

@@ -698,7 +698,7 @@ void image_pack_free(struct image_packer *p)
 	if (p->outfd >= 0)
 		close(p->outfd);
 	if (p->stage[0])
-		remove_flat_dir(p->stage);
+		remove_dir_tree(p->stage);
 	pthread_cond_destroy(&p->turn);
 	pthread_cond_destroy(&p->work);
 	pthread_mutex_destroy(&p->lock);

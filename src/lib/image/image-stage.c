@@ -46,7 +46,7 @@ void image_stage_remove(char stage[PATH_MAX])
 {
 	if (!stage[0])
 		return;
-	remove_flat_dir(stage);
+	remove_dir_tree(stage);
 	stage[0] = '\0';
 }
 
@@ -75,7 +75,7 @@ void image_stage_sweep(void)
 		if (!owner || kill(owner, 0) == 0 || errno != ESRCH)
 			continue;
 		snprintf(path, sizeof(path), "%s/%s", root, de->d_name);
-		remove_flat_dir(path);
+		remove_dir_tree(path);
 	}
 	if (d)
 		closedir(d);

@@ -489,7 +489,7 @@ void image_verifier_unstage(struct image_verifier *v)
 	image_verify_stop(v, NULL);
 	unstage_pages(v);
 	if (v->stage[0])
-		remove_flat_dir(v->stage);
+		remove_dir_tree(v->stage);
 	v->stage[0] = '\0';
 }
 

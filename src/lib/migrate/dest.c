@@ -353,7 +353,7 @@ static int receive_steps(struct receipt *rc, struct stasis_error **err)
 	/* CRIU is done with the image: its memory goes before the GPU work
 	 * that comes, and before anything else can fail. */
 	if (rc->stage[0])
-		remove_flat_dir(rc->stage);
+		remove_dir_tree(rc->stage);
 	rc->stage[0] = '\0';
 	if (r == 0)
 		r = handoff(rc, err);
@@ -379,7 +379,7 @@ static int receive_one(const struct stasis_receive_options *o, struct tls_channe
 	if (rc.lock_fd >= 0)
 		pid_unlock(manifest_root(&rc.m)->pid, rc.lock_fd);
 	if (rc.stage[0])
-		remove_flat_dir(rc.stage);
+		remove_dir_tree(rc.stage);
 	if (rc.stagefd >= 0)
 		close(rc.stagefd);
 	stream_in_free(rc.in);

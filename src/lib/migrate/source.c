@@ -240,7 +240,7 @@ static void drop_stage(void)
 		close(mig.stagefd);
 	mig.stagefd = -1;
 	if (mig.stage[0])
-		remove_flat_dir(mig.stage);
+		remove_dir_tree(mig.stage);
 	mig.stage[0] = '\0';
 }
 
