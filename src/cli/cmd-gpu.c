@@ -10,11 +10,15 @@
 
 #include "cli.h"
 #include "gpu.h"
+#include "mappings.h"
+#include "proc.h"
 #include "stasis.h"
 #include "util.h"
 
 static int preflight(struct gpu_batch *batch, bool suspend, struct stasis_error **err)
 {
+	char comm[32];
+
 	for (size_t i = 0; i < batch->n; i++) {
 		struct gpu_process *p = &batch->procs[i];
 		enum cuda_process_state state;
@@ -32,6 +36,9 @@ static int preflight(struct gpu_batch *batch, bool suspend, struct stasis_error 
 					 cuda_state_name(state));
 			return stasis_error_hint(err, "only running processes can be suspended");
 		}
+		if (suspend && mappings_refuse_running_checkpointed(
+				   p->pid, proc_comm(p->pid, comm, sizeof(comm)), err) < 0)
+			return -1;
 		if (!suspend && state != CUDA_PROCESS_CHECKPOINTED) {
 			stasis_error_set(err, EBUSY, STASIS_DOMAIN_CUDA, 0,
 					 "PID %d is %s, not checkpointed", (int)p->pid,

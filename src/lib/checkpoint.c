@@ -202,7 +202,7 @@ static int find_cuda_processes(struct manifest *m, struct gpu_batch *batch,
 }
 
 int checkpoint_preflight(struct manifest *m, struct gpu_batch *batch, const char *dir,
-			 bool compress, struct stasis_error **err)
+			 bool compress, bool keeps_running, struct stasis_error **err)
 {
 	int r = find_cuda_processes(m, batch, err);
 
@@ -213,7 +213,7 @@ int checkpoint_preflight(struct manifest *m, struct gpu_batch *batch, const char
 	if (r == 0)
 		r = nvidia_refs_check(m, false, err);
 	if (r == 0)
-		r = mappings_check(m, err);
+		r = mappings_check(m, keeps_running, err);
 	if (r == 0)
 		r = preflight_image_room(m, dir, compress, err);
 	return r;
@@ -323,7 +323,7 @@ static int checkpoint_prepared(struct target *t, struct manifest *m, struct gpu_
 	if (r == 0 && o->compress)
 		r = image_pack_preflight(err);
 	if (r == 0)
-		r = checkpoint_preflight(m, batch, o->dir, o->compress, err);
+		r = checkpoint_preflight(m, batch, o->dir, o->compress, o->leave_running, err);
 	manifest_add_phase(m, "preflight", now_usec() - start);
 	if (r < 0)
 		return r;

@@ -35,6 +35,7 @@ static bool reopens(int map_files, const char *range, const char *path)
 /* What one read of a process's maps found. */
 struct maps_scan {
 	bool opencl;	     /* OPENCL_DRIVER is mapped */
+	bool jax;	     /* a library of JAX_RUNTIME_DIRS is mapped */
 	char unsavable[256]; /* the first mapping CRIU could not open again */
 	unsigned long start; /* and its address */
 };
@@ -44,6 +45,16 @@ static bool is_opencl(const char *file)
 	const char *base = strrchr(file, '/');
 
 	return base && strncmp(base + 1, OPENCL_DRIVER, strlen(OPENCL_DRIVER)) == 0;
+}
+
+static bool is_jax(const char *file)
+{
+	static const char *const dirs[] = {JAX_RUNTIME_DIRS};
+
+	for (size_t i = 0; i < sizeof(dirs) / sizeof(dirs[0]); i++)
+		if (strstr(file, dirs[i]))
+			return true;
+	return false;
 }
 
 static int scan_maps(pid_t pid, struct maps_scan *scan)
@@ -72,6 +83,7 @@ static int scan_maps(pid_t pid, struct maps_scan *scan)
 			continue;
 		strip_trailing(line + file);
 		scan->opencl = scan->opencl || is_opencl(line + file);
+		scan->jax = scan->jax || is_jax(line + file);
 		if (major != 0 || scan->unsavable[0])
 			continue;
 		snprintf(range, sizeof(range), "%lx-%lx", from, to);
@@ -95,7 +107,26 @@ static int refuse_opencl(const struct manifest_process *p, struct stasis_error *
 	return stasis_error_hint(err, "keep the program from loading OpenCL");
 }
 
-int mappings_check(const struct manifest *m, struct stasis_error **err)
+static int refuse_jax(pid_t pid, const char *comm, struct stasis_error **err)
+{
+	stasis_error_set(err, ENOTSUP, STASIS_DOMAIN_CUDA, 0,
+			 "PID %d (%s) runs JAX, which crashes when it runs on while its GPU "
+			 "state is checkpointed",
+			 (int)pid, comm);
+	return stasis_error_hint(err, "checkpoint it without --leave-running: it ends, and its "
+				      "image restores");
+}
+
+int mappings_refuse_running_checkpointed(pid_t pid, const char *comm, struct stasis_error **err)
+{
+	struct maps_scan scan;
+
+	if (scan_maps(pid, &scan) == 0 && scan.jax)
+		return refuse_jax(pid, comm, err);
+	return 0;
+}
+
+int mappings_check(const struct manifest *m, bool keeps_running, struct stasis_error **err)
 {
 	for (size_t i = 0; i < m->nprocs; i++) {
 		const struct manifest_process *p = &m->procs[i];
@@ -105,6 +136,8 @@ int mappings_check(const struct manifest *m, struct stasis_error **err)
 			continue;
 		if (p->cuda && scan.opencl)
 			return refuse_opencl(p, err);
+		if (p->cuda && keeps_running && scan.jax)
+			return refuse_jax(p->pid, p->comm, err);
 		if (!scan.unsavable[0])
 			continue;
 		stasis_error_set(err, ENOTSUP, STASIS_DOMAIN_USAGE, 0,

@@ -7,14 +7,29 @@
 #ifndef STASIS_MAPPINGS_H
 #define STASIS_MAPPINGS_H
 
+#include <stdbool.h>
+#include <sys/types.h>
+
 #include "error.h"
 #include "manifest.h"
 
 /* NVIDIA's OpenCL driver, as its file name begins. */
 #define OPENCL_DRIVER "libnvidia-opencl.so"
 
+/* JAX's runtime, as the folders of its libraries are named. */
+#define JAX_RUNTIME_DIRS "/jaxlib/", "/jax_plugins/"
+
 /* Refuse, naming the process and the mapping, when a process of m has
- * one, or when a CUDA process of m has an OpenCL context too. */
-int mappings_check(const struct manifest *m, struct stasis_error **err);
+ * one, or when a CUDA process of m has an OpenCL context too; with
+ * keeps_running (--leave-running), also a CUDA process that cannot run on
+ * while its GPU state is checkpointed (mappings_refuse_running_checkpointed). */
+int mappings_check(const struct manifest *m, bool keeps_running, struct stasis_error **err);
+
+/* Refuse a process that is to run on while its GPU state is checkpointed
+ * (--leave-running, gpu suspend) when it runs JAX. Measured with JAX's
+ * CUDA plugin and driver 580: such a process crashes in libcuda within
+ * seconds and its GPU state cannot be restored any more, so the job would
+ * be lost. A checkpoint that ends the process never lets it run so. */
+int mappings_refuse_running_checkpointed(pid_t pid, const char *comm, struct stasis_error **err);
 
 #endif
