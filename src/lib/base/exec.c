@@ -39,8 +39,8 @@ static char *read_all(int fd)
 }
 
 /* argv with stdout into out_fd (-1: with stderr into *out, or /dev/null),
- * stderr into *out when out is given. */
-static int run(const char *const argv[], int out_fd, char **out)
+ * stderr into *out when out is given, env added to its environment. */
+static int run(const char *const argv[], char *const env[], int out_fd, char **out)
 {
 	int fds[2] = {-1, -1}, status;
 	pid_t pid;
@@ -61,6 +61,8 @@ static int run(const char *const argv[], int out_fd, char **out)
 		dup2(null, STDIN_FILENO);
 		dup2(out_fd >= 0 ? out_fd : out ? fds[1] : null, STDOUT_FILENO);
 		dup2(out ? fds[1] : null, STDERR_FILENO);
+		for (; env && *env; env++)
+			putenv(*env);
 		execvp(argv[0], (char *const *)argv);
 		_exit(127);
 	}
@@ -79,12 +81,17 @@ static int run(const char *const argv[], int out_fd, char **out)
 
 int exec_run(const char *const argv[], char **out)
 {
-	return run(argv, -1, out);
+	return run(argv, NULL, -1, out);
+}
+
+int exec_run_env(const char *const argv[], char *const env[], char **out)
+{
+	return run(argv, env, -1, out);
 }
 
 int exec_run_to(const char *const argv[], int out_fd, char **err_text)
 {
-	return run(argv, out_fd, err_text);
+	return run(argv, NULL, out_fd, err_text);
 }
 
 const char *last_line(char *text)

@@ -12,6 +12,10 @@
  * signal), or -errno when it could not be run. */
 int exec_run(const char *const argv[], char **out);
 
+/* As exec_run, with env ("NAME=VALUE" strings, NULL-terminated; NULL for
+ * none) added to its environment. */
+int exec_run_env(const char *const argv[], char *const env[], char **out);
+
 /* As exec_run, with its stdout into out_fd (a file: a tar, say) and its
  * stderr captured into *err_text (the caller frees). */
 int exec_run_to(const char *const argv[], int out_fd, char **err_text);

@@ -6,7 +6,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "criu-rpc.h"
 #include "exec.h"
@@ -125,9 +127,11 @@ static int runc_failure(struct stasis_error **err, const char *what, const char 
 
 /* runc [--root ROOT] COMMAND ARGS... with its JSON log and CRIU's log in
  * work. The container keeps the stdio runc had: /dev/null. */
+/* runc COMMAND ARGS with its CRIU, logs in work, env added to runc's (and
+ * so CRIU's) environment. */
 static int run_criu_command(const char *root, const char *command, const char *criu_log_name,
 			    const char *id, const char *work, const char *const *args,
-			    struct stasis_error **err)
+			    char *const env[], struct stasis_error **err)
 {
 	char log[PATH_MAX + 16], criu_log[PATH_MAX + 16];
 	const char *argv[32] = {runc_binary(), "--log",	 log,	       "--log-format",
@@ -149,7 +153,7 @@ static int run_criu_command(const char *root, const char *command, const char *c
 	snprintf(criu_log, sizeof(criu_log), "%s/%s", work, criu_log_name);
 	if (mkdir_p(work) < 0)
 		return stasis_error_errno(err, errno, "creating %s", work);
-	r = exec_run(argv, NULL);
+	r = exec_run_env(argv, env, NULL);
 	return r == 0 ? 0 : runc_failure(err, command, id, log, criu_log);
 }
 
@@ -165,7 +169,68 @@ int runc_checkpoint(const char *root, const char *id, const char *images, const 
 			      leave_running ? id : NULL,
 			      NULL};
 
-	return run_criu_command(root, "checkpoint", "dump.log", id, work, args, err);
+	return run_criu_command(root, "checkpoint", "dump.log", id, work, args, NULL, err);
+}
+
+void runc_cgroup2_path(const char *own, const char *cgroups_path, const char *id, char *out,
+		       size_t len)
+{
+	const char *inner = cgroups_path && *cgroups_path ? cgroups_path : id;
+	const char *slash = strrchr(own, '/');
+	int parent = slash ? (int)(slash - own) : 0;
+
+	if (inner[0] == '/')
+		snprintf(out, len, "%s", inner);
+	else
+		snprintf(out, len, "%.*s/%s", parent, own, inner);
+}
+
+/* The spec's linux.cgroupsPath in bundle, "" when it has none. */
+static void spec_cgroups_path(const char *bundle, char *out, size_t len)
+{
+	char config[PATH_MAX + 16];
+	json_object *spec, *linux_, *path;
+
+	out[0] = '\0';
+	snprintf(config, sizeof(config), "%s/config.json", bundle);
+	spec = json_object_from_file(config);
+	if (spec && json_object_object_get_ex(spec, "linux", &linux_) &&
+	    json_object_object_get_ex(linux_, "cgroupsPath", &path))
+		snprintf(out, len, "%s", json_object_get_string(path));
+	json_object_put(spec);
+}
+
+/* On cgroup v2, runc gives CRIU no cgroup root at restore: CRIU would put
+ * the restored tasks into the cgroup written in the image, the old
+ * container's (on one host, frozen, when it was paused for a migration),
+ * not the one runc made for id. A CRIU configuration file (CRIU_CONFIG_FILE,
+ * which CRIU reads before runc's requests) gives it that root. Fills env
+ * with the variable, or leaves it empty on cgroup v1. */
+static int cgroup2_root_conf(const char *bundle, const char *id, const char *work, char *env,
+			     size_t len, struct stasis_error **err)
+{
+	char own[PATH_MAX], spec_path[PATH_MAX], root[PATH_MAX], conf[PATH_MAX + 32];
+	_cleanup_free_ char *self = NULL;
+	_cleanup_close_ int fd = -1;
+	char *line;
+
+	env[0] = '\0';
+	if (access("/sys/fs/cgroup/cgroup.controllers", F_OK) < 0)
+		return 0;
+	self = read_file_str("/proc/self/cgroup", NULL);
+	line = self ? strstr(self, "0::") : NULL;
+	if (!line)
+		return 0;
+	snprintf(own, sizeof(own), "%s", line + 3);
+	strip_trailing(own);
+	spec_cgroups_path(bundle, spec_path, sizeof(spec_path));
+	runc_cgroup2_path(own, spec_path, id, root, sizeof(root));
+	snprintf(conf, sizeof(conf), "%s/criu-cgroup.conf", work);
+	fd = open(conf, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (fd < 0 || dprintf(fd, "cgroup-root %s\n", root) < 0)
+		return stasis_error_errno(err, errno, "writing %s", conf);
+	snprintf(env, len, "CRIU_CONFIG_FILE=%s", conf);
+	return 0;
 }
 
 int runc_restore(const char *id, const char *bundle, const char *images, const char *work,
@@ -173,8 +238,17 @@ int runc_restore(const char *id, const char *bundle, const char *images, const c
 {
 	const char *args[] = {"--detach", "--image-path", images, "--work-path", work, "--bundle",
 			      bundle,	  "--file-locks", id,	  NULL};
+	char conf_env[PATH_MAX + 64];
+	char *env[] = {conf_env, NULL};
+	int r;
 
-	return run_criu_command(NULL, "restore", "restore.log", id, work, args, err);
+	if (mkdir_p(work) < 0)
+		return stasis_error_errno(err, errno, "creating %s", work);
+	r = cgroup2_root_conf(bundle, id, work, conf_env, sizeof(conf_env), err);
+	if (r < 0)
+		return r;
+	return run_criu_command(NULL, "restore", "restore.log", id, work, args,
+				conf_env[0] ? env : NULL, err);
 }
 
 void runc_destroy(const char *id)

@@ -41,6 +41,13 @@ int runc_checkpoint(const char *root, const char *id, const char *images, const 
 int runc_restore(const char *id, const char *bundle, const char *images, const char *work,
 		 struct stasis_error **err);
 
+/* The cgroup v2 path (from the hierarchy's root) that runc's cgroupfs driver
+ * gives container id: the spec's linux.cgroupsPath (cgroups_path, NULL or
+ * "" for none) when absolute, else that path or id beside runc's own cgroup
+ * (own: "/a/b" from /proc/self/cgroup, so "/a/ID"). Into out. */
+void runc_cgroup2_path(const char *own, const char *cgroups_path, const char *id, char *out,
+		       size_t len);
+
 /* Kill and delete a container (after a failed restore). */
 void runc_destroy(const char *id);
 
