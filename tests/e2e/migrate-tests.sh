@@ -174,6 +174,10 @@ test_migrate_gpu_restore_fails_in_criu() {
 	grep -q "restore of PID [0-9]*: CUDA_ERROR_UNKNOWN" "$TMP/recv.err" || { fail "receiver: $(cat "$TMP/recv.err")"; return 1; }
 	[ "$(states "$d" $ns)" = "0 0 0 0 0 " ] || { fail "after the failure: $(states "$d" $ns)"; return 1; }
 	alive "$pid" || { fail "the source's tree died"; return 1; }
+	# CRIU's log outlives the staging folder, named in the error.
+	local kept
+	kept=$(grep -o 'its logs are kept in [^)]*' "$TMP/recv.err" | sed 's/its logs are kept in //')
+	[ -s "$kept/restore.log" ] || { fail "no log kept: $(cat "$TMP/recv.err")"; return 1; }
 	echo "GPU restore failing in CRIU there -> $(cat "$d/err")"
 	echo "there -> $(cat "$TMP/recv.err")"
 	kill -9 "$pid"

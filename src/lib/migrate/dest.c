@@ -8,6 +8,7 @@
  * container: its target's, runc's) with the GPU restore inside it,
  * RESTORED, and the source's COMMIT. Without COMMIT the restored copy is
  * killed (a container deleted): the source's runs on. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -20,6 +21,7 @@
 #include "criu-rpc.h"
 #include "fault.h"
 #include "gpu-handoff.h"
+#include "image-hash.h"
 #include "image-pack.h"
 #include "lock.h"
 #include "message.h"
@@ -338,6 +340,55 @@ static int handoff(struct receipt *rc, struct stasis_error **err)
 	return 0;
 }
 
+/* Copies the logs in folder dir (and in the folders right below it: a
+ * runtime's work folder) into to_fd; returns how many. */
+static int copy_logs(const char *dir, int to_fd, bool below)
+{
+	DIR *d = opendir(dir);
+	struct dirent *de;
+	int n = 0;
+
+	if (!d)
+		return 0;
+	while ((de = readdir(d))) {
+		char sub[PATH_MAX];
+
+		if (de->d_type == DT_DIR && below && de->d_name[0] != '.') {
+			snprintf(sub, sizeof(sub), "%s/%s", dir, de->d_name);
+			n += copy_logs(sub, to_fd, false);
+		} else if (de->d_type == DT_REG && image_is_log_file(de->d_name) &&
+			   copy_file_at(dirfd(d), de->d_name, to_fd) == 0) {
+			n++;
+		}
+	}
+	closedir(d);
+	return n;
+}
+
+/* A failed restore's logs outlive the staging folder: CRIU's and the
+ * runtime's go to the run directory, named in the error. */
+static void keep_logs(const char *stage, struct stasis_error **err)
+{
+	const char *base = strrchr(stage, '/');
+	_cleanup_close_ int fd = -1;
+	char keep[PATH_MAX];
+
+	snprintf(keep, sizeof(keep), "%s/failed/%s", stasis_run_dir(), base ? base + 1 : stage);
+	if (mkdir_p(keep) < 0 || (fd = open(keep, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
+		return;
+	if (copy_logs(stage, fd, true) == 0) {
+		rmdir(keep);
+		return;
+	}
+	/* The hint is replaced: the old one is copied first. */
+	_cleanup_free_ char *hint = (*err)->hint ? strdup((*err)->hint) : NULL;
+
+	if (hint)
+		stasis_error_hint(err, "%s; its logs are kept in %s", hint, keep);
+	else
+		stasis_error_hint(err, "its logs are kept in %s", keep);
+}
+
 static int receive_steps(struct receipt *rc, struct stasis_error **err)
 {
 	uint64_t start = now_usec();
@@ -348,8 +399,11 @@ static int receive_steps(struct receipt *rc, struct stasis_error **err)
 	manifest_add_phase(&rc->m, "preflight", rc->preflight_us);
 	manifest_add_phase(&rc->m, "receive", rc->receive_us);
 	manifest_add_phase(&rc->m, "verify", rc->verify_us);
-	if (r == 0)
+	if (r == 0) {
 		r = restore(rc, err);
+		if (r < 0 && rc->stage[0] && err && *err)
+			keep_logs(rc->stage, err);
+	}
 	/* CRIU is done with the image: its memory goes before the GPU work
 	 * that comes, and before anything else can fail. */
 	if (rc->stage[0])
