@@ -227,7 +227,8 @@ static int cgroup2_root_conf(const char *bundle, const char *id, const char *wor
 	runc_cgroup2_path(own, spec_path, id, root, sizeof(root));
 	snprintf(conf, sizeof(conf), "%s/criu-cgroup.conf", work);
 	fd = open(conf, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-	if (fd < 0 || dprintf(fd, "cgroup-root %s\n", root) < 0)
+	/* ":" names the cgroup v2 hierarchy alone (CRIU's controller ""). */
+	if (fd < 0 || dprintf(fd, "cgroup-root :%s\n", root) < 0)
 		return stasis_error_errno(err, errno, "writing %s", conf);
 	snprintf(env, len, "CRIU_CONFIG_FILE=%s", conf);
 	return 0;
