@@ -210,19 +210,14 @@ static int cgroup2_root_conf(const char *bundle, const char *id, const char *wor
 			     size_t len, struct stasis_error **err)
 {
 	char own[PATH_MAX], spec_path[PATH_MAX], root[PATH_MAX], conf[PATH_MAX + 32];
-	_cleanup_free_ char *self = NULL;
 	_cleanup_close_ int fd = -1;
-	char *line;
 
 	env[0] = '\0';
 	if (access("/sys/fs/cgroup/cgroup.controllers", F_OK) < 0)
 		return 0;
-	self = read_file_str("/proc/self/cgroup", NULL);
-	line = self ? strstr(self, "0::") : NULL;
-	if (!line)
+	proc_cgroup(getpid(), own, sizeof(own));
+	if (!own[0])
 		return 0;
-	snprintf(own, sizeof(own), "%s", line + 3);
-	strip_trailing(own);
 	spec_cgroups_path(bundle, spec_path, sizeof(spec_path));
 	runc_cgroup2_path(own, spec_path, id, root, sizeof(root));
 	snprintf(conf, sizeof(conf), "%s/criu-cgroup.conf", work);
