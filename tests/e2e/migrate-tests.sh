@@ -82,6 +82,18 @@ runs_on() {
 	wait_counter "$1" $((${at:-0} + 10)) || { fail "the counter stopped at $at"; return 1; }
 }
 
+# receiving_pages PID: receiver PID holds a pages image in memory (its
+# reservation: as much address space as the machine has memory), which it
+# makes when the source names the file: the stream is under way.
+receiving_pages() {
+	local total range
+	total=$(( $(awk '/^MemTotal:/ { print $2 }' /proc/meminfo) * 1024 ))
+	while read -r range _; do
+		(( 0x${range#*-} - 0x${range%-*} >= total )) && return 0
+	done <"/proc/$1/maps" 2>/dev/null
+	return 1
+}
+
 json_field() { grep -o "\"$1\":[0-9]*" | head -1 | cut -d: -f2; }
 
 test_migrate_tree() {
@@ -104,12 +116,59 @@ test_migrate_tree() {
 	done
 	grep -q '"criu_dump"' "$w/stats" && grep -q '"criu_restore"' "$TMP/recv.out" || { fail "phases: $(cat "$w/stats" "$TMP/recv.out")"; return 1; }
 	[ -z "$(ls -A "$STAGE")" ] || { fail "left in the staging folder: $(ls -A "$STAGE")"; return 1; }
+	# Where FUSE is there, the pages were served to CRIU from memory.
+	if [ -w /dev/fuse ]; then
+		grep -q '"pages":"served"' "$TMP/recv.out" || { fail "pages not served: $(cat "$TMP/recv.out")"; return 1; }
+	fi
 	echo "source: $(cat "$w/stats")"
 	echo "destination: $(cat "$TMP/recv.out")"
 	kill -TERM "$new"
 	for _ in $(seq 100); do grep -q "stopped at" "$w/log" && break; sleep 0.05; done
 	grep -q "stopped at" "$w/log" || { fail "no clean stop"; return 1; }
 	log_is_continuous "$w" || return 1
+	mig_unhosts
+}
+
+# The pages as files of the staging folder: where the destination has no
+# FUSE (from the start), and where its folder fails once the pages are in
+# memory (they are written out then); the workload carries on each time.
+test_migrate_pages_staged() {
+	local w pid holder receiver new fault
+	for fault in serve serve-mount; do
+		w="$TMP/mps-$fault"
+		mig_hosts "mps$fault" || return 1
+		RECV_ENV="STASIS_FAULT=$fault" receiver --json || return 1
+		ns_workload "$w" || return 1
+		migrate "$pid" --to "$DST" --key-file "$KEY" >/dev/null || { fail "$fault: migrate: $(cat "$TMP/recv.err")"; return 1; }
+		wait "$receiver" || { fail "$fault: receiver: $(cat "$TMP/recv.err")"; return 1; }
+		grep -q '"pages":"staged"' "$TMP/recv.out" || { fail "$fault: $(cat "$TMP/recv.out")"; return 1; }
+		new=$(json_field restored_pid <"$TMP/recv.out")
+		reap "$holder"
+		runs_on "$w" || return 1
+		[ -z "$(ls -A "$STAGE")" ] || { fail "$fault: left in the staging folder: $(ls -A "$STAGE")"; return 1; }
+		grep -q "$STAGE" /proc/mounts && { fail "$fault: a mount left"; return 1; }
+		kill -KILL "$new"
+		mig_unhosts
+	done
+}
+
+# A receiver killed while it served its pages leaves its staging folder
+# with the dead FUSE folder mounted in it; the next receive sweeps both
+# (a tmpfs stands in for the FUSE folder, a PID that is gone for its owner).
+test_receive_sweeps_dead_stage() {
+	local w="$TMP/msw" pid holder receiver new dead=4000000 old
+	mig_hosts msw || return 1
+	while kill -0 "$dead" 2>/dev/null; do dead=$((dead + 1)); done
+	old="$STAGE/stasis-stage-$dead-abcdef"
+	mkdir -p "$old/.served" && mount -t tmpfs none "$old/.served" && touch "$old/.served/pages-1.img" || { fail "no stand-in"; return 1; }
+	receiver || return 1
+	ns_workload "$w" || return 1
+	migrate "$pid" --to "$DST" --key-file "$KEY" >/dev/null || { fail "migrate: $(cat "$TMP/recv.err")"; return 1; }
+	wait "$receiver" || { fail "receiver: $(cat "$TMP/recv.err")"; return 1; }
+	reap "$holder"
+	grep -q "$old" /proc/mounts && { fail "the dead receiver's mount is left"; umount -l "$old/.served"; return 1; }
+	[ -z "$(ls -A "$STAGE")" ] || { fail "left in the staging folder: $(ls -A "$STAGE")"; return 1; }
+	pkill -KILL -f "__demo-workload $w "
 	mig_unhosts
 }
 
@@ -193,8 +252,8 @@ test_migrate_receiver_killed() {
 	ns_workload "$w" memory || return 1
 	migrate "$pid" --to "$DST" --key-file "$KEY" 2>"$w/err" &
 	src=$!
-	for _ in $(seq 200); do ls "$STAGE"/stasis-receive-*/pages-1.img >/dev/null 2>&1 && break; sleep 0.05; done
-	ls "$STAGE"/stasis-receive-*/pages-1.img >/dev/null 2>&1 || { fail "no pages arrived"; return 1; }
+	for _ in $(seq 200); do receiving_pages "$receiver" && break; sleep 0.05; done
+	receiving_pages "$receiver" || { fail "no pages arrived"; return 1; }
 	kill -9 "$receiver"
 	wait "$src" && { fail "migrate succeeded"; return 1; }
 	grep -q "runs here again" "$w/err" || { fail "$(cat "$w/err")"; return 1; }
@@ -239,7 +298,7 @@ test_migrate_sigterm() {
 	# nsenter and env exec: $! is stasis itself.
 	nsenter --net=/run/netns/"$SRC_NS" "$STASIS" migrate "$pid" --to "$DST" --key-file "$KEY" 2>"$w/err" &
 	src=$!
-	for _ in $(seq 200); do ls "$STAGE"/stasis-receive-*/pages-1.img >/dev/null 2>&1 && break; sleep 0.05; done
+	for _ in $(seq 200); do receiving_pages "$receiver" && break; sleep 0.05; done
 	kill -TERM "$src"
 	wait "$src" && { fail "migrate succeeded"; return 1; }
 	grep -q "interrupted.*runs here again" "$w/err" || { fail "$(cat "$w/err")"; return 1; }
@@ -312,6 +371,11 @@ test_migrate_container() {
 	grep -q '"runc_checkpoint"' "$d/stats" && grep -q '"runc_restore"' "$TMP/recv.out" || { fail "phases: $(cat "$d/stats" "$TMP/recv.out")"; return 1; }
 	runs_on "$d/b/rootfs" || return 1
 	[ -z "$(ls -A "$STAGE")" ] || { fail "left in the staging folder: $(ls -A "$STAGE")"; return 1; }
+	# CRIU read them inside the container's mount namespace and root,
+	# through relative links to the folder that served them.
+	if [ -w /dev/fuse ]; then
+		grep -q '"pages":"served"' "$TMP/recv.out" || { fail "pages not served: $(cat "$TMP/recv.out")"; return 1; }
+	fi
 	echo "source: $(cat "$d/stats")"
 	echo "destination: $(cat "$TMP/recv.out")"
 	runc delete --force "$id-2"
@@ -329,8 +393,8 @@ test_migrate_container_receiver_killed() {
 	RECV_ENV="STASIS_FAULT=receive-slow" receiver --name "$id-2" || return 1
 	migrate --runtime runc "$id" --to "$DST" --key-file "$KEY" 2>"$d/err" &
 	src=$!
-	for _ in $(seq 200); do ls "$STAGE"/stasis-receive-*/pages-1.img >/dev/null 2>&1 && break; sleep 0.05; done
-	ls "$STAGE"/stasis-receive-*/pages-1.img >/dev/null 2>&1 || { fail "no pages arrived"; return 1; }
+	for _ in $(seq 200); do receiving_pages "$receiver" && break; sleep 0.05; done
+	receiving_pages "$receiver" || { fail "no pages arrived"; return 1; }
 	at=$(counter "$d/b/rootfs")
 	sleep 0.2
 	[ "$(counter "$d/b/rootfs")" = "$at" ] || { fail "the source's container counts mid-stream"; return 1; }

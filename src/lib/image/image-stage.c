@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -62,6 +63,20 @@ static pid_t stage_owner(const char *name)
 	return *end == '-' && pid > 0 ? (pid_t)pid : 0;
 }
 
+/* What a killed owner left mounted below path (a FUSE folder that served
+ * its pages, dead with it) is detached, so that the folder can go. */
+static void unmount_below(const char *path)
+{
+	_cleanup_fclose_ FILE *f = fopen("/proc/self/mountinfo", "re");
+	size_t len = strlen(path);
+	char line[PATH_MAX + 512], point[PATH_MAX + 1];
+
+	while (f && fgets(line, sizeof(line), f))
+		if (sscanf(line, "%*s %*s %*s %*s %4096s", point) == 1 &&
+		    strncmp(point, path, len) == 0 && point[len] == '/')
+			umount2(point, MNT_DETACH);
+}
+
 void image_stage_sweep(void)
 {
 	const char *root = image_stage_root();
@@ -75,6 +90,7 @@ void image_stage_sweep(void)
 		if (!owner || kill(owner, 0) == 0 || errno != ESRCH)
 			continue;
 		snprintf(path, sizeof(path), "%s/%s", root, de->d_name);
+		unmount_below(path);
 		remove_dir_tree(path);
 	}
 	if (d)

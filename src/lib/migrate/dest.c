@@ -17,12 +17,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/statvfs.h>
+#include <unistd.h>
 
 #include "criu-rpc.h"
 #include "fault.h"
 #include "gpu-handoff.h"
 #include "image-hash.h"
 #include "image-pack.h"
+#include "image-stage.h"
 #include "lock.h"
 #include "message.h"
 #include "migrate.h"
@@ -60,14 +62,34 @@ struct receipt {
 	struct stasis_migrate_stats st;
 };
 
-/* The staging folder takes the image, and the machine takes it twice
- * while CRIU restores from it. */
+/* The pages images are kept in memory and served to CRIU from there, each
+ * byte given back once read: the machine takes the image about once. Where
+ * this machine has no FUSE, they are files of the staging folder, and the
+ * machine takes the image twice while CRIU restores from it. */
+static bool pages_servable(void)
+{
+	return access("/dev/fuse", R_OK | W_OK) == 0 && !fault_at("serve", 0);
+}
+
+/* The most one pages image can hold here: the machine's memory. */
+static uint64_t host_memory_bytes(void)
+{
+	long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGESIZE);
+
+	return pages > 0 && size > 0 ? (uint64_t)pages * (uint64_t)size : 0;
+}
+
 static int preflight_memory(uint64_t estimate, struct stasis_error **err)
 {
 	const char *root = image_stage_root();
 	struct statvfs sv;
 	char need[32], have[32];
 
+	if (pages_servable())
+		return preflight_host_memory_fits(estimate, preflight_mem_available(),
+						  "this machine (the image is kept in memory "
+						  "while CRIU restores it)",
+						  err);
 	if (statvfs(root, &sv) < 0)
 		return stasis_error_errno(err, errno, "staging folder %s: %s", root,
 					  strerror(errno));
@@ -180,19 +202,20 @@ static int answer_hello(struct receipt *rc, struct stasis_error **err)
 		     : 0;
 }
 
+/* The staging folder is named by this receiver's PID: when it is killed,
+ * the next stasis run sweeps the folder, and its pages' FUSE folder. */
 static int make_stage(struct receipt *rc, struct stasis_error **err)
 {
-	int r = 0;
+	int r;
 
-	snprintf(rc->stage, sizeof(rc->stage), "%s/stasis-receive-XXXXXX", image_stage_root());
-	if (!mkdtemp(rc->stage)) {
-		r = -errno;
-		rc->stage[0] = '\0';
-	}
-	if (r == 0 && (rc->stagefd = open(rc->stage, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
+	image_stage_sweep();
+	r = image_stage_make(rc->stage, err);
+	if (r < 0)
+		return stasis_error_hint(err, "set STASIS_STAGE_DIR to a writable tmpfs folder");
+	if ((rc->stagefd = open(rc->stage, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
 		r = -errno;
 	if (r == 0)
-		r = stream_in_new(rc->stagefd, &rc->in);
+		r = stream_in_new(rc->stagefd, pages_servable() ? host_memory_bytes() : 0, &rc->in);
 	if (r < 0) {
 		stasis_error_errno(err, -r, "staging the image in %s: %s", image_stage_root(),
 				   strerror(-r));
@@ -276,8 +299,19 @@ static int restore(struct receipt *rc, struct stasis_error **err)
 	};
 	struct gpu_handoff handoff;
 	uint64_t start = now_usec();
-	int r, served;
+	bool in_memory;
+	int r = stream_in_stage_pages(rc->in, rc->stage, &in_memory, err), served;
 
+	if (r < 0)
+		return r;
+	snprintf(rc->st.pages, sizeof(rc->st.pages), "%s", in_memory ? "served" : "staged");
+	if (!in_memory && rc->st.raw_bytes)
+		r = preflight_host_memory_fits(rc->st.raw_bytes, preflight_mem_available(),
+					       "this machine (the image is staged in memory "
+					       "while CRIU restores it)",
+					       err);
+	if (r < 0)
+		return r;
 	if (rc->t.ops) {
 		/* The target restores from the staging folder, its runtime's
 		 * logs in a folder there. */
@@ -401,11 +435,13 @@ static int receive_steps(struct receipt *rc, struct stasis_error **err)
 	manifest_add_phase(&rc->m, "verify", rc->verify_us);
 	if (r == 0) {
 		r = restore(rc, err);
+		stream_in_release_pages(rc->in);
 		if (r < 0 && rc->stage[0] && err && *err)
 			keep_logs(rc->stage, err);
 	}
 	/* CRIU is done with the image: its memory goes before the GPU work
 	 * that comes, and before anything else can fail. */
+	stream_in_release_pages(rc->in);
 	if (rc->stage[0])
 		remove_dir_tree(rc->stage);
 	rc->stage[0] = '\0';
@@ -432,6 +468,7 @@ static int receive_one(const struct stasis_receive_options *o, struct tls_channe
 		msg_send_refuse(ch, *err);
 	if (rc.lock_fd >= 0)
 		pid_unlock(manifest_root(&rc.m)->pid, rc.lock_fd);
+	stream_in_release_pages(rc.in);
 	if (rc.stage[0])
 		remove_dir_tree(rc.stage);
 	if (rc.stagefd >= 0)

@@ -115,6 +115,8 @@ char *stasis_migrate_json(const struct manifest *m, const struct stasis_migrate_
 		json_object_object_add(root, "container", json_object_new_string(st->container));
 	if (st->gpus[0])
 		json_object_object_add(root, "gpus", json_object_new_string(st->gpus));
+	if (st->pages[0])
+		json_object_object_add(root, "pages", json_object_new_string(st->pages));
 	text = strdup(json_object_to_json_string_ext(root, JSON_C_TO_STRING_PLAIN));
 	json_object_put(root);
 	return text;

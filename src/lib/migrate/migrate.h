@@ -41,6 +41,9 @@ struct stasis_migrate_stats {
 	char container[256]; /* the container's id there; empty for a tree */
 	char peer[128];
 	char gpus[512]; /* the destination's GPU placement, in words */
+	/* The destination's: how CRIU read the pages images, "served" (from
+	 * memory, given back as read) or "staged" (tmpfs files). */
+	char pages[8];
 };
 
 /* Migrate the tree rooted at pid, or the container, to a `stasis

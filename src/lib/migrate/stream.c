@@ -6,11 +6,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
 #include <zstd.h>
 
+#include "fault.h"
 #include "image-hash.h"
+#include "image-serve.h"
 #include "image.h"
 #include "progress.h"
 #include "util.h"
@@ -24,7 +28,11 @@ struct stream_file {
 	uint32_t id;
 	XXH3_state_t *state;
 	uint64_t size;
-	int fd; /* the destination's */
+	int fd; /* the destination's, for a file staged as a file */
+	/* The destination's, for a pages image kept in memory: cap bytes of
+	 * address space reserved, size of them filled. */
+	unsigned char *map;
+	uint64_t cap;
 };
 
 struct file_table {
@@ -66,6 +74,8 @@ static void table_free(struct file_table *t)
 		XXH3_freeState(t->files[i].state);
 		if (t->files[i].fd >= 0)
 			close(t->files[i].fd);
+		if (t->files[i].map)
+			munmap(t->files[i].map, t->files[i].cap);
 	}
 	free(t->files);
 }
@@ -256,9 +266,15 @@ struct stream_in {
 	struct file_table t;
 	unsigned char *raw;
 	uint64_t bytes;
+	uint64_t memory_cap; /* address space for each pages image in memory, or 0 */
+	/* The pages images served to CRIU from memory (stream_in_stage_pages). */
+	struct serve_file *served;
+	size_t nserved;
+	struct image_server *server;
+	char mnt[PATH_MAX];
 };
 
-int stream_in_new(int dirfd, struct stream_in **out)
+int stream_in_new(int dirfd, uint64_t memory_cap, struct stream_in **out)
 {
 	struct stream_in *s = calloc(1, sizeof(*s));
 
@@ -267,6 +283,7 @@ int stream_in_new(int dirfd, struct stream_in **out)
 		return -ENOMEM;
 	}
 	s->dirfd = dirfd;
+	s->memory_cap = memory_cap;
 	*out = s;
 	return 0;
 }
@@ -294,6 +311,19 @@ static int take_file(struct stream_in *s, const unsigned char *p, uint32_t len,
 	f = table_add(&s->t, id, name);
 	if (!f)
 		return stasis_error_errno(err, ENOMEM, "out of memory");
+	/* Address space only: memory is taken as the bytes come. Where the
+	 * machine will not reserve it (strict overcommit), a file. */
+	if (s->memory_cap && image_is_pages_file(name)) {
+		void *map = mmap(NULL, s->memory_cap, PROT_READ | PROT_WRITE,
+				 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+
+		if (map != MAP_FAILED) {
+			madvise(map, s->memory_cap, MADV_HUGEPAGE);
+			f->map = map;
+			f->cap = s->memory_cap;
+			return 0;
+		}
+	}
 	f->fd = openat(s->dirfd, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
 	if (f->fd < 0)
 		return stasis_error_errno(err, errno, "staging %s: %s", name, strerror(errno));
@@ -320,7 +350,12 @@ static int take_data(struct stream_in *s, const struct wire_header *h, const uns
 	} else if (len != raw) {
 		return bad_message(err, "a frame of the wrong length");
 	}
-	if (write_all(f->fd, bytes, len) < 0) {
+	if (f->map) {
+		if (len > f->cap - f->size)
+			return stasis_error_set(err, EFBIG, STASIS_DOMAIN_IMAGE, 0,
+						"%s is larger than this machine's memory", f->name);
+		memcpy(f->map + f->size, bytes, len);
+	} else if (write_all(f->fd, bytes, len) < 0) {
 		stasis_error_errno(err, errno, "staging %s in memory: %s", f->name,
 				   strerror(errno));
 		return stasis_error_hint(err, "give the staging folder ($STASIS_STAGE_DIR) room");
@@ -367,6 +402,130 @@ int stream_in_verify(struct stream_in *s, const struct manifest *m, struct stasi
 	return 0;
 }
 
+/* Each pages image kept in memory written into the staging folder as a
+ * file, the memory given back as it goes: where no FUSE folder can be
+ * mounted. */
+#define SPILL_STEP (64u << 20)
+
+static int spill_pages(struct stream_in *s, struct stasis_error **err)
+{
+	for (size_t i = 0; i < s->t.n; i++) {
+		struct stream_file *f = &s->t.files[i];
+		_cleanup_close_ int fd = -1;
+
+		if (!f->map)
+			continue;
+		uint64_t off = 0;
+		int r = 0;
+
+		fd = openat(s->dirfd, f->name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+		if (fd < 0)
+			r = -errno;
+		for (; r == 0 && off < f->size; off += SPILL_STEP) {
+			uint64_t n = f->size - off < SPILL_STEP ? f->size - off : SPILL_STEP;
+
+			r = write_all(fd, f->map + off, n) < 0 ? -errno : 0;
+			madvise(f->map + off, n, MADV_DONTNEED);
+		}
+		if (r < 0) {
+			stasis_error_errno(err, -r, "staging %s in memory: %s", f->name,
+					   strerror(-r));
+			return stasis_error_hint(
+			    err, "give the staging folder ($STASIS_STAGE_DIR) room");
+		}
+		munmap(f->map, f->cap);
+		f->map = NULL;
+	}
+	return 0;
+}
+
+/* Serves the pages images kept in memory from a FUSE folder inside the
+ * staging folder, each linked as NAME there. The links are relative: CRIU
+ * opens them through its images folder's descriptor after it has entered
+ * a container's mount namespace and root, where an absolute path would
+ * lead elsewhere. */
+static int serve_pages(struct stream_in *s, const char *stage)
+{
+	size_t n = 0;
+	int r;
+
+	s->served = calloc(s->t.n ? s->t.n : 1, sizeof(*s->served));
+	if (!s->served)
+		return -ENOMEM;
+	for (size_t i = 0; i < s->t.n; i++) {
+		struct stream_file *f = &s->t.files[i];
+
+		if (!f->map)
+			continue;
+		snprintf(s->served[n].name, sizeof(s->served[n].name), "%s", f->name);
+		s->served[n].data = f->map;
+		s->served[n].size = f->size;
+		n++;
+	}
+	if (n == 0)
+		return 0;
+	if (fault_at("serve-mount", 0))
+		return -EPERM;
+	if (mkdirat(s->dirfd, STREAM_SERVED_DIR, 0700) < 0)
+		return -errno;
+	r = snprintf(s->mnt, sizeof(s->mnt), "%s/" STREAM_SERVED_DIR, stage) < (int)sizeof(s->mnt)
+		? image_serve_start(s->mnt, s->served, n, &s->server)
+		: -ENAMETOOLONG;
+	if (r < 0) {
+		unlinkat(s->dirfd, STREAM_SERVED_DIR, AT_REMOVEDIR);
+		s->mnt[0] = '\0';
+		return r;
+	}
+	s->nserved = n;
+	for (size_t k = 0; k < n; k++) {
+		char target[NAME_MAX + sizeof(STREAM_SERVED_DIR) + 1];
+
+		image_serve_ready(s->server, k, s->served[k].size);
+		snprintf(target, sizeof(target), STREAM_SERVED_DIR "/%s", s->served[k].name);
+		if (symlinkat(target, s->dirfd, s->served[k].name) < 0)
+			return -errno;
+	}
+	return 0;
+}
+
+static void stop_serving(struct stream_in *s)
+{
+	image_serve_stop(s->server);
+	s->server = NULL;
+	if (s->mnt[0] && unlinkat(s->dirfd, STREAM_SERVED_DIR, AT_REMOVEDIR) < 0)
+		fprintf(stderr, "stasis: removing %s: %s\n", s->mnt, strerror(errno));
+	s->mnt[0] = '\0';
+	free(s->served);
+	s->served = NULL;
+	s->nserved = 0;
+}
+
+int stream_in_stage_pages(struct stream_in *s, const char *stage, bool *served,
+			  struct stasis_error **err)
+{
+	int r = serve_pages(s, stage);
+
+	*served = r == 0 && s->nserved > 0;
+	if (r == 0)
+		return 0;
+	for (size_t k = 0; k < s->nserved; k++)
+		unlinkat(s->dirfd, s->served[k].name, 0);
+	stop_serving(s);
+	return spill_pages(s, err);
+}
+
+void stream_in_release_pages(struct stream_in *s)
+{
+	if (!s)
+		return;
+	stop_serving(s);
+	for (size_t i = 0; i < s->t.n; i++)
+		if (s->t.files[i].map) {
+			munmap(s->t.files[i].map, s->t.files[i].cap);
+			s->t.files[i].map = NULL;
+		}
+}
+
 uint64_t stream_in_bytes(const struct stream_in *s)
 {
 	return s->bytes;
@@ -376,6 +535,7 @@ void stream_in_free(struct stream_in *s)
 {
 	if (!s)
 		return;
+	stream_in_release_pages(s);
 	table_free(&s->t);
 	free(s->raw);
 	free(s);

@@ -45,14 +45,28 @@ bool stream_sample_pays(enum stasis_compress mode, size_t sample_len, size_t sam
 
 struct stream_in;
 
-/* Files go into the folder dirfd. */
-int stream_in_new(int dirfd, struct stream_in **out);
+/* Files go into the folder dirfd; with memory_cap, the pages images into
+ * anonymous memory instead (memory_cap bytes of address space each, the
+ * most one may hold), for stream_in_stage_pages. */
+int stream_in_new(int dirfd, uint64_t memory_cap, struct stream_in **out);
 /* A WIRE_FILE or WIRE_DATA message. */
 int stream_in_take(struct stream_in *s, const struct wire_header *h, const unsigned char *payload,
 		   struct stasis_error **err);
 /* Every file of m came whole and matches its checksum, and nothing else
  * came. */
 int stream_in_verify(struct stream_in *s, const struct manifest *m, struct stasis_error **err);
+/* The folder below the staging folder that serves the pages images. */
+#define STREAM_SERVED_DIR ".served"
+/* The pages images kept in memory, made readable by CRIU in the staging
+ * folder stage (dirfd's path): served from memory by a FUSE folder inside
+ * it, each byte given back once CRIU has read it (*served), so that the
+ * image and the restored memory are not both whole at once; where none can
+ * be mounted, written there as files, which CRIU's restore then doubles. */
+int stream_in_stage_pages(struct stream_in *s, const char *stage, bool *served,
+			  struct stasis_error **err);
+/* CRIU is done with them: stops serving and frees the pages images kept
+ * in memory. NULL is allowed. */
+void stream_in_release_pages(struct stream_in *s);
 uint64_t stream_in_bytes(const struct stream_in *s);
 void stream_in_free(struct stream_in *s);
 
