@@ -38,9 +38,10 @@ for bin in "$out/bin/stasis" "$out/bin/runc" "$out/bin/zstd" "$out/bench/zstat" 
 	done
 done
 nvcc -O2 -arch=sm_90 -o "$out/tests/probe" "$root/tests/gpu/probe.cu"
-cp "$root/tests/gpu/train.py" "$root/tests/gpu/run" "$root/tests/gpu/clean" "$root/tests/gpu/watch" "$out/tests/"
+cp "$root/tests/gpu/train.py" "$root/tests/gpu/run" "$root/tests/gpu/bundle.sh" "$root/tests/gpu/clean" "$root/tests/gpu/watch" "$out/tests/"
 mkdir -p "$out/tests/frameworks"
 cp "$root"/tests/gpu/frameworks/*.py "$root/tests/gpu/frameworks/run" "$out/tests/frameworks/"
 nvcc -O2 -arch=sm_90 -o "$out/bench/bw" "$root/bench/bw.cu"
-cp "$root/bench/run" "$root/bench/table" "$out/bench/"
+cc -O2 -pthread -o "$out/bench/tcpcopy" "$root/bench/tcpcopy.c"
+cp "$root/bench/run" "$root/bench/migrate" "$root/bench/table" "$out/bench/"
 du -sh "$out"
