@@ -51,3 +51,30 @@ PY
 }
 gpu_bundle_done() { runc delete --force "$1" 2>/dev/null; umount "$2/b/rootfs" 2>/dev/null; }
 ctr_running() { runc state "$1" 2>/dev/null | grep -q '"status": "running"'; }
+
+# netns_runc DIR: DIR/runc, a runc whose restores run in a network namespace
+# of their own. A migration's copy comes up on the source's host in these
+# tests, beside the frozen source, and the two would share one network
+# namespace (the bundles have none of their own): the CUDA driver's
+# listening socket, named in the abstract namespace after the process's PID
+# namespace and PID (@cuda-uvmfd-INO-PID@), is held by the source there and
+# CRIU could not bind it again for the copy. Between two hosts it is free.
+netns_runc() {
+	local real; real=$(command -v runc)
+	mkdir -p "$1"
+	# Its loopback up: CRIU's restore probes TCP repair on it.
+	cat >"$1/lo-up" <<'EOP'
+import fcntl, socket, struct
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+flags = struct.unpack("16sh", fcntl.ioctl(s, 0x8913, struct.pack("16sh", b"lo", 0))[:18])[1]
+fcntl.ioctl(s, 0x8914, struct.pack("16sh", b"lo", flags | 1))
+EOP
+	cat >"$1/runc" <<EOR
+#!/bin/bash
+for a; do
+	[ "\$a" = restore ] && exec unshare -n bash -c 'env -u LD_LIBRARY_PATH python3 "$1/lo-up" && exec "\$0" "\$@"' "$real" "\$@"
+done
+exec "$real" "\$@"
+EOR
+	chmod +x "$1/runc"
+}
