@@ -145,12 +145,20 @@ static void names_and_options(void **state)
 static void compression_pays(void **state)
 {
 	(void)state;
-	assert_true(stream_sample_pays(STASIS_COMPRESS_AUTO, 65536, 20000));
-	assert_true(stream_sample_pays(STASIS_COMPRESS_AUTO, 65536, 65536 - 6554));
-	assert_false(stream_sample_pays(STASIS_COMPRESS_AUTO, 65536, 65536 - 6000));
-	assert_false(stream_sample_pays(STASIS_COMPRESS_AUTO, 65536, 65600));
-	assert_true(stream_sample_pays(STASIS_COMPRESS_ON, 65536, 65600));
-	assert_false(stream_sample_pays(STASIS_COMPRESS_OFF, 65536, 1));
+	/* Before the link's cost is known: a tenth saved pays. */
+	assert_true(stream_sample_pays(STASIS_COMPRESS_AUTO, 65536, 20000, 1.0, 0));
+	assert_true(stream_sample_pays(STASIS_COMPRESS_AUTO, 65536, 65536 - 6554, 1.0, 0));
+	assert_false(stream_sample_pays(STASIS_COMPRESS_AUTO, 65536, 65536 - 6000, 1.0, 0));
+	assert_false(stream_sample_pays(STASIS_COMPRESS_AUTO, 65536, 65600, 0.1, 0));
+	assert_true(stream_sample_pays(STASIS_COMPRESS_ON, 65536, 65600, 9.0, 0.1));
+	assert_false(stream_sample_pays(STASIS_COMPRESS_OFF, 65536, 1, 0.01, 9.0));
+	/* A link of 0.2 ns a byte (5 GB/s): 12% saved at 1.5 ns a byte does
+	 * not pay, zero pages (99% saved at 0.05 ns a byte) do; on a link of
+	 * 8 ns a byte (1 Gbit/s) half saved at 1.5 ns a byte pays, 12% not. */
+	assert_false(stream_sample_pays(STASIS_COMPRESS_AUTO, 65536, 57671, 1.5, 0.2));
+	assert_true(stream_sample_pays(STASIS_COMPRESS_AUTO, 65536, 600, 0.05, 0.2));
+	assert_false(stream_sample_pays(STASIS_COMPRESS_AUTO, 65536, 57671, 1.5, 8.0));
+	assert_true(stream_sample_pays(STASIS_COMPRESS_AUTO, 65536, 30000, 1.5, 8.0));
 }
 
 int main(void)

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 #include <xxhash.h>
 #include <zstd.h>
@@ -89,16 +90,30 @@ struct stream_out {
 	size_t zcap;
 	uint32_t next_id;
 	uint64_t raw, wire;
+	double send_ns; /* what sending costs, in ns a byte on the wire; 0: not known yet */
 	int error;
 };
 
-bool stream_sample_pays(enum stasis_compress mode, size_t sample_len, size_t sample_packed)
+bool stream_sample_pays(enum stasis_compress mode, size_t sample_len, size_t sample_packed,
+			double pack_ns, double send_ns)
 {
 	if (mode == STASIS_COMPRESS_OFF)
 		return false;
 	if (mode == STASIS_COMPRESS_ON)
 		return true;
-	return sample_packed + sample_len / 10 <= sample_len;
+	if (sample_packed + sample_len / 10 > sample_len)
+		return false;
+	/* One thread compresses and sends: compressing a byte must cost less
+	 * than sending the part of it that compression saves. */
+	return send_ns <= 0 || pack_ns < (1.0 - (double)sample_packed / sample_len) * send_ns;
+}
+
+static uint64_t mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
 int stream_out_new(struct tls_channel *ch, enum stasis_compress mode, struct stream_out **out)
@@ -127,11 +142,14 @@ int stream_out_new(struct tls_channel *ch, enum stasis_compress mode, struct str
 static size_t pack(struct stream_out *s, const unsigned char *buf, size_t len)
 {
 	size_t sample = len < SAMPLE ? len : SAMPLE, n;
+	uint64_t start = mono_ns();
 
 	if (s->mode == STASIS_COMPRESS_OFF)
 		return 0;
 	n = ZSTD_compressCCtx(s->cctx, s->zbuf, s->zcap, buf, sample, LEVEL);
-	if (ZSTD_isError(n) || !stream_sample_pays(s->mode, sample, n))
+	if (ZSTD_isError(n) ||
+	    !stream_sample_pays(s->mode, sample, n, (double)(mono_ns() - start) / sample,
+				s->send_ns))
 		return 0;
 	n = ZSTD_compressCCtx(s->cctx, s->zbuf, s->zcap, buf, len, LEVEL);
 	return ZSTD_isError(n) || n >= len ? 0 : n;
@@ -141,15 +159,22 @@ static int send_frame(struct stream_out *s, struct stream_file *f, const unsigne
 		      size_t len)
 {
 	unsigned char head[WIRE_DATA_HEAD];
-	size_t packed = pack(s, buf, len);
+	size_t packed = pack(s, buf, len), sent = packed ? packed : len;
+	uint64_t start;
+	double cost;
 	int r;
 
 	wire_put32(head, f->id);
 	wire_put32(head + 4, (uint32_t)len);
+	start = mono_ns();
 	r = tls_send2(s->ch, WIRE_DATA, packed ? WIRE_PACKED : 0, head, sizeof(head),
-		      packed ? s->zbuf : buf, packed ? packed : len);
+		      packed ? s->zbuf : buf, sent);
 	if (r < 0)
 		return r;
+	/* Averaged over the last frames or so: the link, its encryption, and
+	 * the destination's pace as it holds the sender back. */
+	cost = (double)(mono_ns() - start) / sent;
+	s->send_ns = s->send_ns > 0 ? s->send_ns + (cost - s->send_ns) / 8 : cost;
 	XXH3_128bits_update(f->state, buf, len);
 	f->size += len;
 	s->raw += len;

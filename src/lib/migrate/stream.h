@@ -38,10 +38,14 @@ int stream_out_describe(struct stream_out *s, struct manifest *m);
 void stream_out_counts(const struct stream_out *s, uint64_t *raw, uint64_t *wire);
 void stream_out_free(struct stream_out *s);
 
-/* Whether a compressed frame of len bytes is worth sending instead of the
- * raw one under mode, given the compressed size of a sample of sample_len
- * raw bytes (auto: it saves at least a tenth). */
-bool stream_sample_pays(enum stasis_compress mode, size_t sample_len, size_t sample_packed);
+/* Whether a frame is worth compressing under mode, given the compressed
+ * size of a sample of sample_len of its bytes, what compressing the sample
+ * cost (ns a byte) and what sending costs (ns a byte on the wire; 0 when
+ * not known yet). auto: the sample shrinks by a tenth at least, and
+ * compressing costs less than sending what it saves would: on a link that
+ * is faster than zstd, only what compresses fast and well (zero pages). */
+bool stream_sample_pays(enum stasis_compress mode, size_t sample_len, size_t sample_packed,
+			double pack_ns, double send_ns);
 
 struct stream_in;
 
