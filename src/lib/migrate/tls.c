@@ -18,8 +18,13 @@
 #include "util.h"
 
 /* PSK with (EC)DHE: the key proves the peer, the exchange gives forward
- * secrecy; nothing else is offered. */
-#define TLS_PRIORITY "SECURE128:-VERS-ALL:+VERS-TLS1.3:+VERS-TLS1.2:-KX-ALL:+ECDHE-PSK:+DHE-PSK"
+ * secrecy; nothing else is offered. AES-GCM before ChaCha20: with the
+ * AES instructions that every GPU server's CPU has it encrypts at several
+ * GB/s, where the ChaCha20 that GnuTLS picks by default ran at 65 MB/s
+ * and held a whole migration to that. */
+#define TLS_PRIORITY                                                                               \
+	"SECURE128:-VERS-ALL:+VERS-TLS1.3:+VERS-TLS1.2:-KX-ALL:+ECDHE-PSK:+DHE-PSK:"               \
+	"-CIPHER-ALL:+AES-128-GCM:+AES-256-GCM:+CHACHA20-POLY1305"
 #define TLS_IDENTITY "stasis-migrate"
 #define HANDSHAKE_MS 15000
 #define CONNECT_MS 10000
