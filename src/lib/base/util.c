@@ -10,12 +10,17 @@
 #include <sys/stat.h>
 #include <time.h>
 
-uint64_t now_usec(void)
+uint64_t now_nsec(void)
 {
 	struct timespec ts;
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+uint64_t now_usec(void)
+{
+	return now_nsec() / 1000u;
 }
 
 void deadline_in_usec(struct timespec *ts, uint64_t us)

@@ -50,7 +50,8 @@ static inline void fclosep(FILE **f)
 		_taken;                                                                            \
 	})
 
-/* Monotonic time in microseconds. */
+/* Monotonic time in nanoseconds, and in microseconds. */
+uint64_t now_nsec(void);
 uint64_t now_usec(void);
 
 /* The CLOCK_REALTIME deadline us microseconds from now, as

@@ -8,7 +8,6 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 #include <xxhash.h>
 #include <zstd.h>
@@ -108,14 +107,6 @@ bool stream_sample_pays(enum stasis_compress mode, size_t sample_len, size_t sam
 	return send_ns <= 0 || pack_ns < (1.0 - (double)sample_packed / sample_len) * send_ns;
 }
 
-static uint64_t mono_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 int stream_out_new(struct tls_channel *ch, enum stasis_compress mode, struct stream_out **out)
 {
 	struct stream_out *s = calloc(1, sizeof(*s));
@@ -142,13 +133,13 @@ int stream_out_new(struct tls_channel *ch, enum stasis_compress mode, struct str
 static size_t pack(struct stream_out *s, const unsigned char *buf, size_t len)
 {
 	size_t sample = len < SAMPLE ? len : SAMPLE, n;
-	uint64_t start = mono_ns();
+	uint64_t start = now_nsec();
 
 	if (s->mode == STASIS_COMPRESS_OFF)
 		return 0;
 	n = ZSTD_compressCCtx(s->cctx, s->zbuf, s->zcap, buf, sample, LEVEL);
 	if (ZSTD_isError(n) ||
-	    !stream_sample_pays(s->mode, sample, n, (double)(mono_ns() - start) / sample,
+	    !stream_sample_pays(s->mode, sample, n, (double)(now_nsec() - start) / sample,
 				s->send_ns))
 		return 0;
 	n = ZSTD_compressCCtx(s->cctx, s->zbuf, s->zcap, buf, len, LEVEL);
@@ -166,14 +157,14 @@ static int send_frame(struct stream_out *s, struct stream_file *f, const unsigne
 
 	wire_put32(head, f->id);
 	wire_put32(head + 4, (uint32_t)len);
-	start = mono_ns();
+	start = now_nsec();
 	r = tls_send2(s->ch, WIRE_DATA, packed ? WIRE_PACKED : 0, head, sizeof(head),
 		      packed ? s->zbuf : buf, sent);
 	if (r < 0)
 		return r;
 	/* Averaged over the last frames or so: the link, its encryption, and
 	 * the destination's pace as it holds the sender back. */
-	cost = (double)(mono_ns() - start) / sent;
+	cost = (double)(now_nsec() - start) / sent;
 	s->send_ns = s->send_ns > 0 ? s->send_ns + (cost - s->send_ns) / 8 : cost;
 	XXH3_128bits_update(f->state, buf, len);
 	f->size += len;
