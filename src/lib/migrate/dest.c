@@ -49,6 +49,7 @@ struct receipt {
 	struct manifest m;
 	struct gpu_plan plan;
 	bool pidns; /* the tree is its own PID namespace: new PIDs outside it */
+	bool serve; /* the pages are to be served from memory (pages_servable) */
 	/* A container: its target, restored under its id or --name. */
 	struct target t;
 	struct stasis_restore_options restore_opts;
@@ -79,13 +80,13 @@ static uint64_t host_memory_bytes(void)
 	return pages > 0 && size > 0 ? (uint64_t)pages * (uint64_t)size : 0;
 }
 
-static int preflight_memory(uint64_t estimate, struct stasis_error **err)
+static int preflight_memory(bool serve, uint64_t estimate, struct stasis_error **err)
 {
 	const char *root = image_stage_root();
 	struct statvfs sv;
 	char need[32], have[32];
 
-	if (pages_servable())
+	if (serve)
 		return preflight_host_memory_fits(estimate, preflight_mem_available(),
 						  "this machine (the image is kept in memory "
 						  "while CRIU restores it)",
@@ -144,10 +145,12 @@ static int preflight(struct receipt *rc, uint64_t estimate, struct stasis_error 
 	const char *map = rc->o->gpu_map && strcmp(rc->o->gpu_map, "auto") ? rc->o->gpu_map : NULL;
 	int r = container_preflight(rc, err);
 
+	/* Decided once: the memory asked for here is what the staging uses. */
+	rc->serve = pages_servable();
 	if (r == 0)
 		r = criu_version(err);
 	if (r >= 0)
-		r = preflight_memory(estimate, err);
+		r = preflight_memory(rc->serve, estimate, err);
 	if (r == 0)
 		r = restore_gpu_preflight(&rc->m, map, &rc->plan, err);
 	rc->pidns = rc->m.nprocs && manifest_root(&rc->m)->ns_pid == 1;
@@ -215,7 +218,7 @@ static int make_stage(struct receipt *rc, struct stasis_error **err)
 	if ((rc->stagefd = open(rc->stage, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
 		r = -errno;
 	if (r == 0)
-		r = stream_in_new(rc->stagefd, pages_servable() ? host_memory_bytes() : 0, &rc->in);
+		r = stream_in_new(rc->stagefd, rc->serve ? host_memory_bytes() : 0, &rc->in);
 	if (r < 0) {
 		stasis_error_errno(err, -r, "staging the image in %s: %s", image_stage_root(),
 				   strerror(-r));
