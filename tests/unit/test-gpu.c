@@ -217,6 +217,7 @@ static void gpu_plan(void **state)
 	assert_int_equal(gpu_plan_make(&m, gpus, 2, NULL, &plan, &err), 0);
 	assert_int_equal(plan.npairs, 0);
 	assert_string_equal(plan.dev_map, "");
+	assert_string_equal(plan.notes, "");
 	/* A swap is a permutation the driver accepts. */
 	assert_int_equal(gpu_plan_make(&m, gpus, 2, "0=1,1=0", &plan, &err), 0);
 	assert_int_equal(plan.npairs, 2);
@@ -224,6 +225,15 @@ static void gpu_plan(void **state)
 	assert_int_equal(plan.target[1], 0);
 	/* ... and /dev/nvidia0 and /dev/nvidia1 follow it. */
 	assert_string_equal(plan.dev_map, "0:1,1:0");
+	/* One entry is enough: the rest of the permutation is filled in, and
+	 * the notes name the process's GPU first. */
+	assert_int_equal(gpu_plan_make(&m, gpus, 2, "0=1", &plan, &err), 0);
+	assert_int_equal(plan.target[1], 0);
+	assert_string_equal(plan.notes,
+			    "GPU-00000000-0000-0000-0000-000000000000 -> "
+			    "GPU-11111111-0000-0000-0000-000000000000, "
+			    "GPU-11111111-0000-0000-0000-000000000000 -> "
+			    "GPU-00000000-0000-0000-0000-000000000000 (no process used it)");
 	/* Two onto one is refused. */
 	assert_true(gpu_plan_make(&m, gpus, 2, "0=1,1=1", &plan, &err) < 0);
 	stasis_error_free(err);

@@ -100,10 +100,6 @@ static void default_targets(const struct manifest *m, const struct nvml_gpu *gpu
 			    free_bytes < image_bytes_on(m, i))
 				continue;
 			plan->target[i] = (int)g;
-			snprintf(plan->notes + strlen(plan->notes),
-				 sizeof(plan->notes) - strlen(plan->notes),
-				 "%s%s -> %s (same chip)", plan->notes[0] ? ", " : "",
-				 m->gpus[i].uuid, gpus[g].uuid);
 		}
 	}
 }
@@ -149,6 +145,32 @@ static int check_targets(const struct manifest *m, const struct nvml_gpu *gpus,
 		}
 	}
 	return 0;
+}
+
+static bool used_by_a_process(const struct manifest *m, size_t gpu)
+{
+	for (size_t i = 0; i < m->nprocs; i++)
+		for (size_t j = 0; j < m->procs[i].ngpus; j++)
+			if ((size_t)m->procs[i].gpus[j] == gpu)
+				return true;
+	return false;
+}
+
+/* Every GPU that moves, whether --gpu-map or the default rule moved it:
+ * the processes' GPUs first, then those only completing the permutation. */
+static void plan_notes(const struct manifest *m, const struct nvml_gpu *gpus, struct gpu_plan *plan)
+{
+	for (int used = 1; used >= 0; used--)
+		for (size_t i = 0; i < plan->n; i++) {
+			const char *to = gpus[plan->target[i]].uuid;
+			size_t len = strlen(plan->notes);
+
+			if (strcmp(m->gpus[i].uuid, to) == 0 || used_by_a_process(m, i) != used)
+				continue;
+			snprintf(plan->notes + len, sizeof(plan->notes) - len, "%s%s -> %s%s",
+				 len ? ", " : "", m->gpus[i].uuid, to,
+				 used ? "" : " (no process used it)");
+		}
 }
 
 /* The device files follow the GPUs: /dev/nvidiaOLD becomes /dev/nvidiaNEW. */
@@ -198,6 +220,7 @@ int gpu_plan_make(const struct manifest *m, const struct nvml_gpu *gpus, size_t 
 			identity = false;
 	}
 	plan_dev_map(m, gpus, plan);
+	plan_notes(m, gpus, plan);
 	/* Pairs only when something moves: drivers before 580 refuse them. */
 	plan->npairs = identity ? 0 : (unsigned int)plan->n;
 	return 0;
