@@ -30,6 +30,7 @@
 #include "preflight.h"
 #include "proc.h"
 #include "progress.h"
+#include "sender.h"
 #include "stasis.h"
 #include "steps.h"
 #include "stream.h"
@@ -38,7 +39,9 @@
 
 #define WHO "the destination"
 #define PIPES_SPARE 32u
-#define PIPE_BUFFERS 4u
+/* Frames in flight between CRIU's pipes and the wire: the reader fills
+ * some while the sender sends others. */
+#define PIPE_BUFFERS 8u
 #define READY_TIMEOUT_MS 120000
 
 /* One migration per run: CRIU's notification has no user pointer. */
@@ -47,6 +50,7 @@ static struct {
 	struct tls_channel *ch;
 	struct stream_out *stream;
 	struct page_pipes *pipes;
+	struct frame_sender *sender;
 	struct manifest *m;
 	struct stasis_migrate_stats *st;
 	struct stasis_error **err;
@@ -70,20 +74,33 @@ int stasis_compress_parse(const char *text, enum stasis_compress *out)
 	return -EINVAL;
 }
 
-/* The pipe reader's: a frame of pages-ID.img onto the wire. After a
+/* The pipe reader's: a frame of pages-ID.img queued for the wire. After a
  * failure or a signal the pipes are still read to their end, so that CRIU
  * never waits on a full pipe, but nothing more is sent. */
 static void deliver(void *ctx, unsigned int id, unsigned char *buf, size_t len, bool end)
 {
-	char name[32];
-
 	(void)ctx;
 	(void)end;
-	snprintf(name, sizeof(name), "pages-%u.img", id);
 	if (len && !stasis_interrupted())
-		stream_out_data(mig.stream, id, name, buf, len);
-	if (buf)
+		frame_sender_push(mig.sender, id, buf, len);
+	else if (buf)
 		page_pipes_give_back(mig.pipes, buf);
+}
+
+static void frame_sent(void *ctx, unsigned char *buf)
+{
+	(void)ctx;
+	page_pipes_give_back(mig.pipes, buf);
+}
+
+/* CRIU is done with its pages: the last of them read and sent. */
+static void pages_done(void)
+{
+	page_pipes_stop(mig.pipes);
+	frame_sender_finish(mig.sender, true);
+	/* The reader waited for a free frame: the wire held CRIU back. */
+	manifest_add_phase(mig.m, "wire_stall", page_pipes_stall_usec(mig.pipes));
+	manifest_add_phase(mig.m, "sender_idle", frame_sender_idle_usec(mig.sender));
 }
 
 /* The images CRIU left in the staging folder (all but the piped pages,
@@ -181,7 +198,7 @@ static int on_held(void *ctx)
 	int r;
 
 	(void)ctx;
-	page_pipes_stop(mig.pipes);
+	pages_done();
 	r = stream_failed(mig.err);
 	if (r == 0)
 		r = checkpoint_check_interrupted("sigterm-before-manifest", "sending the manifest",
@@ -222,6 +239,8 @@ static int make_stage(size_t nprocs, struct stasis_error **err)
 	mig.t->dir = mig.stage;
 	snprintf(mig.t->images, sizeof(mig.t->images), "%s", mig.stage);
 	if (r == 0)
+		r = frame_sender_start(mig.stream, PIPE_BUFFERS, frame_sent, NULL, &mig.sender);
+	if (r == 0)
 		r = page_pipes_start(mig.stagefd, (unsigned int)(nprocs + PIPES_SPARE),
 				     PIPE_BUFFERS, PACK_FRAME, deliver, NULL, &mig.pipes);
 	if (r < 0) {
@@ -234,6 +253,10 @@ static int make_stage(size_t nprocs, struct stasis_error **err)
 
 static void drop_stage(void)
 {
+	/* The reader first: it may wait on the sender for room. */
+	page_pipes_stop(mig.pipes);
+	frame_sender_free(mig.sender);
+	mig.sender = NULL;
 	page_pipes_free(mig.pipes);
 	mig.pipes = NULL;
 	if (mig.stagefd >= 0)
@@ -392,6 +415,9 @@ static int migrate_locked(const struct stasis_migrate_options *o, const struct t
 	r = prepare(o, &batch, key, err);
 	if (r == 0)
 		r = migrate_frozen(o, &batch, err);
+	/* The sender thread is done with the channel before REFUSE goes. */
+	page_pipes_stop(mig.pipes);
+	frame_sender_finish(mig.sender, false);
 	if (r < 0 && mig.ch)
 		msg_send_refuse(mig.ch, *err);
 	stream_out_counts(mig.stream, &raw, &wire);
