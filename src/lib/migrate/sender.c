@@ -22,7 +22,7 @@ struct frame_sender {
 	void *ctx;
 	struct queued_frame *q; /* a ring of depth */
 	size_t depth, head, n;
-	bool finishing, dropping, running;
+	bool finishing, dropping, running, sent_any;
 	uint64_t idle_usec;
 	pthread_mutex_t lock;
 	pthread_cond_t changed;
@@ -52,7 +52,10 @@ static void *send_frames(void *arg)
 
 		while (!fs->n && !fs->finishing)
 			pthread_cond_wait(&fs->changed, &fs->lock);
-		fs->idle_usec += now_usec() - start;
+		/* From the first frame on: before it, CRIU had not begun. */
+		if (fs->sent_any)
+			fs->idle_usec += now_usec() - start;
+		fs->sent_any = true;
 		if (!fs->n)
 			break;
 		f = fs->q[fs->head];

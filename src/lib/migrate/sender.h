@@ -26,7 +26,8 @@ void frame_sender_push(struct frame_sender *fs, uint32_t id, unsigned char *buf,
 /* Sends what is queued (or, without send_queued, gives it back unsent)
  * and stops the thread; the stream is the caller's again. */
 void frame_sender_finish(struct frame_sender *fs, bool send_queued);
-/* How long the thread waited for frames: the wire was ahead of CRIU. */
+/* How long the thread waited for frames after the first: the wire was
+ * ahead of CRIU. */
 uint64_t frame_sender_idle_usec(const struct frame_sender *fs);
 void frame_sender_free(struct frame_sender *fs);
 
