@@ -429,6 +429,7 @@ static void keep_logs(const char *stage, struct stasis_error **err)
 static int receive_steps(struct receipt *rc, struct stasis_error **err)
 {
 	uint64_t start = now_usec();
+	bool restore_failed = false;
 	int r = answer_hello(rc, err);
 
 	if (r == 0)
@@ -438,13 +439,14 @@ static int receive_steps(struct receipt *rc, struct stasis_error **err)
 	manifest_add_phase(&rc->m, "verify", rc->verify_us);
 	if (r == 0) {
 		r = restore(rc, err);
-		stream_in_release_pages(rc->in);
-		if (r < 0 && rc->stage[0] && err && *err)
-			keep_logs(rc->stage, err);
+		restore_failed = r < 0;
 	}
 	/* CRIU is done with the image: its memory goes before the GPU work
-	 * that comes, and before anything else can fail. */
+	 * that comes, and before anything else can fail; its FUSE folder goes
+	 * before the logs are looked for. */
 	stream_in_release_pages(rc->in);
+	if (restore_failed && rc->stage[0] && err && *err)
+		keep_logs(rc->stage, err);
 	if (rc->stage[0])
 		remove_dir_tree(rc->stage);
 	rc->stage[0] = '\0';

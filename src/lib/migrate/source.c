@@ -93,11 +93,18 @@ static void frame_sent(void *ctx, unsigned char *buf)
 	page_pipes_give_back(mig.pipes, buf);
 }
 
+/* The pipes read to their end and the sender stopped, which then leaves
+ * the channel; the reader first: it may wait on the sender for room. */
+static void stop_pages(bool send_queued)
+{
+	page_pipes_stop(mig.pipes);
+	frame_sender_finish(mig.sender, send_queued);
+}
+
 /* CRIU is done with its pages: the last of them read and sent. */
 static void pages_done(void)
 {
-	page_pipes_stop(mig.pipes);
-	frame_sender_finish(mig.sender, true);
+	stop_pages(true);
 	/* The reader waited for a free frame: the wire held CRIU back. */
 	manifest_add_phase(mig.m, "wire_stall", page_pipes_stall_usec(mig.pipes));
 	manifest_add_phase(mig.m, "sender_idle", frame_sender_idle_usec(mig.sender));
@@ -253,8 +260,6 @@ static int make_stage(size_t nprocs, struct stasis_error **err)
 
 static void drop_stage(void)
 {
-	/* The reader first: it may wait on the sender for room. */
-	page_pipes_stop(mig.pipes);
 	frame_sender_free(mig.sender);
 	mig.sender = NULL;
 	page_pipes_free(mig.pipes);
@@ -416,8 +421,7 @@ static int migrate_locked(const struct stasis_migrate_options *o, const struct t
 	if (r == 0)
 		r = migrate_frozen(o, &batch, err);
 	/* The sender thread is done with the channel before REFUSE goes. */
-	page_pipes_stop(mig.pipes);
-	frame_sender_finish(mig.sender, false);
+	stop_pages(false);
 	if (r < 0 && mig.ch)
 		msg_send_refuse(mig.ch, *err);
 	stream_out_counts(mig.stream, &raw, &wire);

@@ -74,8 +74,6 @@ static void table_free(struct file_table *t)
 		XXH3_freeState(t->files[i].state);
 		if (t->files[i].fd >= 0)
 			close(t->files[i].fd);
-		if (t->files[i].map)
-			munmap(t->files[i].map, t->files[i].cap);
 	}
 	free(t->files);
 }
