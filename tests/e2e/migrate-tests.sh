@@ -82,15 +82,21 @@ runs_on() {
 	wait_counter "$1" $((${at:-0} + 10)) || { fail "the counter stopped at $at"; return 1; }
 }
 
-# receiving_pages PID: receiver PID holds a pages image in memory (its
-# reservation: as much address space as the machine has memory), which it
-# makes when the source names the file: the stream is under way.
+# receiving_pages PID: receiver PID holds a pages image in memory, made when
+# the source names the file: the stream is under way. Its reservation is
+# read-write and as large as the machine's memory (or a multiple, where two
+# merged); the CUDA driver's own reservations, as large, are PROT_NONE.
 receiving_pages() {
-	local total range
+	local total maps range perms size
 	total=$(( $(awk '/^MemTotal:/ { print $2 }' /proc/meminfo) * 1024 ))
-	while read -r range _; do
-		(( 0x${range#*-} - 0x${range%-*} >= total )) && return 0
-	done <"/proc/$1/maps" 2>/dev/null
+	# Read whole: a read loop on the live file seeks back after each chunk,
+	# and where the file changed meanwhile it reads torn lines.
+	maps=$(cat "/proc/$1/maps" 2>/dev/null) || return 1
+	while read -r range perms _; do
+		[[ $range =~ ^[0-9a-f]+-[0-9a-f]+$ && $perms = rw-p ]] || continue
+		size=$(( 0x${range#*-} - 0x${range%-*} ))
+		(( size >= total && size % total == 0 )) && return 0
+	done <<<"$maps"
 	return 1
 }
 
