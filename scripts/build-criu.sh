@@ -2,7 +2,8 @@
 # Build CRIU (the criu binary, libcriu and the cuda plugin) from the verified
 # upstream tarball into PREFIX. Does nothing when PREFIX is already complete.
 #
-# usage: build-criu.sh DOWNLOADDIR BUILDDIR PREFIX
+# usage: build-criu.sh DOWNLOADDIR BUILDDIR PREFIX [stock]
+# stock: upstream's CRIU without stasis's patches (the benchmark's reference).
 set -eu
 
 VERSION=4.1.1
@@ -13,7 +14,9 @@ prefix=$3
 here=$(cd "$(dirname "$0")" && pwd)
 # The patches stasis carries (each written to go upstream): a build made
 # with another set is made again.
-patches=$(cat "$here"/criu-patches/*.patch | sha256sum | cut -d' ' -f1)
+patch_files="$here"/criu-patches/*.patch
+[ "${4:-}" = stock ] && patch_files=""
+patches=$(cat $patch_files /dev/null | sha256sum | cut -d' ' -f1)
 
 if [ -x "$prefix/sbin/criu" ] && [ -f "$prefix/lib/libcriu.a" ] &&
 	[ -f "$prefix/lib/criu/cuda_plugin.so" ] && [ -f "$prefix/include/criu/criu-plugin.h" ] &&
@@ -27,7 +30,7 @@ src="$build/criu-$VERSION"
 rm -rf "$src"
 mkdir -p "$build"
 tar -xJf "$downloads/criu_$VERSION.orig.tar.xz" -C "$build"
-for p in "$here"/criu-patches/*.patch; do
+for p in $patch_files; do
 	patch -s -p1 -d "$src" <"$p" || { echo "build-criu: $p does not apply" >&2; exit 1; }
 done
 

@@ -17,10 +17,14 @@ cp "$build/criu/sbin/criu" "$out/criu/sbin/"
 cp "$build/criu/lib/criu/cuda_plugin.so" "$out/criu/lib/criu/"
 cp "$(command -v runc)" "$out/bin/runc"
 # NVIDIA's own cuda-checkpoint for the benchmark's reference pipeline, when
-# STASIS_REF_CUDA_CHECKPOINT names it (never part of the repository).
+# STASIS_REF_CUDA_CHECKPOINT names it (never part of the repository), with
+# upstream's CRIU and cuda plugin, built without the patches stasis carries.
 if [ -n "${STASIS_REF_CUDA_CHECKPOINT:-}" ]; then
-	mkdir -p "$out/ref"
+	mkdir -p "$out/ref/lib/criu"
 	cp "$STASIS_REF_CUDA_CHECKPOINT" "$out/ref/cuda-checkpoint"
+	"$root/scripts/build-criu.sh" "$build/downloads" "$build/criu-stock-build" "$build/criu-stock" stock
+	cp "$build/criu-stock/sbin/criu" "$out/ref/criu"
+	cp "$build/criu-stock/lib/criu/cuda_plugin.so" "$out/ref/lib/criu/"
 fi
 # containerd for the containerd tests, compressed for the carry limit;
 # tests/gpu/run unpacks it into bin/.

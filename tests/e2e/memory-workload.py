@@ -4,6 +4,7 @@
 # 20 ms; on SIGUSR1 it digests its memory again into DIR/check. With
 # CHILDREN, that many children hold memory of their own too (other bytes),
 # digested into DIR/digest-K and, on SIGUSR1 to the group, DIR/check-K.
+# MEMORY_WORKLOAD_MB adds that many MiB of other bytes, in one mapping.
 #   python3 memory-workload.py DIR [CHILDREN]
 import array, hashlib, os, random, signal, sys, time
 
@@ -17,6 +18,10 @@ for k in range(1, children + 1):
 random.seed(7 + int(suffix[1:] or 0))
 floats = array.array("f", (random.gauss(0, 1) for _ in range(1 << 20)))
 blob = bytearray(os.urandom(6 << 20)) + bytearray(9 << 20) + bytearray(floats.tobytes())
+big = int(os.environ.get("MEMORY_WORKLOAD_MB", "0"))
+if big:
+    # Repeated random blocks: quick to make, and to compress.
+    blob += bytearray(os.urandom(1 << 20) * big)
 with open(os.path.join(d, "digest" + suffix), "w") as f:
     f.write(hashlib.sha256(blob).hexdigest())
 
