@@ -185,16 +185,16 @@ static int restore_target(struct target *t, struct manifest *m, struct image_ver
 			  pid_t *root_out, struct stasis_error **err)
 {
 	struct gpu_plan plan;
-	uint64_t start = now_usec(), gpu_start;
+	uint64_t start = now_usec(), step_start;
 	int lock_fd = -1, r = t->ops->restore_check ? t->ops->restore_check(t, m, err) : 0;
 
 	if (r == 0 && criu_version(err) < 0)
 		r = -EIO;
 	if (r < 0)
 		return r;
-	gpu_start = now_usec();
+	step_start = now_usec();
 	r = restore_gpu_preflight(m, t->restore->gpu_map, &plan, err);
-	manifest_add_phase(m, "gpu_preflight", now_usec() - gpu_start);
+	manifest_add_phase(m, "gpu_preflight", now_usec() - step_start);
 	if (r < 0)
 		return r;
 	/* A tree comes back at its own PIDs: they must be free, and stay
@@ -203,7 +203,11 @@ static int restore_target(struct target *t, struct manifest *m, struct image_ver
 		lock_fd = pid_lock(manifest_root(m)->pid, err);
 		if (lock_fd < 0)
 			return lock_fd;
+		/* Its own figure: a killed tree's zombies wait for their
+		 * reaper, which is not the restore's cost. */
+		step_start = now_usec();
 		r = restore_wait_pids_free(m, err);
+		manifest_add_phase(m, "pids_wait", now_usec() - step_start);
 	}
 	manifest_add_phase(m, "preflight", now_usec() - start);
 	if (r == 0)

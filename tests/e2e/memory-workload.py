@@ -4,6 +4,7 @@
 # 20 ms; on SIGUSR1 it digests its memory again into DIR/check. With
 # CHILDREN, that many children hold memory of their own too (other bytes),
 # digested into DIR/digest-K and, on SIGUSR1 to the group, DIR/check-K.
+# A digest file appears whole, once its process is ready for SIGUSR1.
 # MEMORY_WORKLOAD_MB adds that many MiB of other bytes, in one mapping.
 #   python3 memory-workload.py DIR [CHILDREN]
 import array, hashlib, os, random, signal, sys, time
@@ -22,17 +23,17 @@ big = int(os.environ.get("MEMORY_WORKLOAD_MB", "0"))
 if big:
     # Repeated random blocks: quick to make, and to compress.
     blob += bytearray(os.urandom(1 << 20) * big)
-with open(os.path.join(d, "digest" + suffix), "w") as f:
-    f.write(hashlib.sha256(blob).hexdigest())
 
 
-def check(*_):
-    with open(os.path.join(d, "check.tmp" + suffix), "w") as f:
+def digest(name):
+    with open(os.path.join(d, name + ".tmp" + suffix), "w") as f:
         f.write(hashlib.sha256(blob).hexdigest())
-    os.rename(os.path.join(d, "check.tmp" + suffix), os.path.join(d, "check" + suffix))
+    os.rename(os.path.join(d, name + ".tmp" + suffix), os.path.join(d, name + suffix))
 
 
-signal.signal(signal.SIGUSR1, check)
+# The digest is there once the memory is made and SIGUSR1 is handled.
+signal.signal(signal.SIGUSR1, lambda *_: digest("check"))
+digest("digest")
 if suffix:
     while True:
         signal.pause()
