@@ -4,10 +4,14 @@
 # 20 ms; on SIGUSR1 it digests its memory again into DIR/check. With
 # CHILDREN, that many children hold memory of their own too (other bytes),
 # digested into DIR/digest-K and, on SIGUSR1 to the group, DIR/check-K.
-# A digest file appears whole, once its process is ready for SIGUSR1.
-# MEMORY_WORKLOAD_MB adds that many MiB of other bytes, in one mapping.
+# A digest file appears whole, once its process is ready for SIGUSR1. On
+# SIGUSR2 a process forks a child that digests the memory it inherited into
+# DIR/forked[-K].
+# MEMORY_WORKLOAD_MB adds that many MiB of other bytes, in one mapping;
+# MEMORY_WORKLOAD_SPARSE_MB a private mapping of that many MiB, every other
+# page of it written (the image holds it as a run of one-page pieces).
 #   python3 memory-workload.py DIR [CHILDREN]
-import array, hashlib, os, random, signal, sys, time
+import array, hashlib, mmap, os, random, signal, sys, time
 
 d = sys.argv[1]
 children = int(sys.argv[2]) if len(sys.argv) > 2 else 0
@@ -23,16 +27,33 @@ big = int(os.environ.get("MEMORY_WORKLOAD_MB", "0"))
 if big:
     # Repeated random blocks: quick to make, and to compress.
     blob += bytearray(os.urandom(1 << 20) * big)
+sparse = mmap.mmap(-1, int(os.environ.get("MEMORY_WORKLOAD_SPARSE_MB", "0")) << 20 or mmap.PAGESIZE,
+                   flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+sparse.madvise(mmap.MADV_NOHUGEPAGE)  # or the holes fill with a huge page
+page = os.urandom(mmap.PAGESIZE)
+for at in range(0, len(sparse), 2 * mmap.PAGESIZE):
+    sparse[at:at + mmap.PAGESIZE] = page
 
 
 def digest(name):
     with open(os.path.join(d, name + ".tmp" + suffix), "w") as f:
-        f.write(hashlib.sha256(blob).hexdigest())
+        h = hashlib.sha256(blob)
+        h.update(sparse)
+        f.write(h.hexdigest())
     os.rename(os.path.join(d, name + ".tmp" + suffix), os.path.join(d, name + suffix))
+
+
+def fork_digest(*_):
+    child = os.fork()
+    if child == 0:
+        digest("forked")
+        os._exit(0)
+    os.waitpid(child, 0)
 
 
 # The digest is there once the memory is made and SIGUSR1 is handled.
 signal.signal(signal.SIGUSR1, lambda *_: digest("check"))
+signal.signal(signal.SIGUSR2, fork_digest)
 digest("digest")
 if suffix:
     while True:
