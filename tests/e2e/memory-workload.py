@@ -29,7 +29,10 @@ if big:
     blob += bytearray(os.urandom(1 << 20) * big)
 sparse = mmap.mmap(-1, int(os.environ.get("MEMORY_WORKLOAD_SPARSE_MB", "0")) << 20 or mmap.PAGESIZE,
                    flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-sparse.madvise(mmap.MADV_NOHUGEPAGE)  # or the holes fill with a huge page
+try:
+    sparse.madvise(mmap.MADV_NOHUGEPAGE)  # or the holes fill with a huge page
+except OSError:
+    pass  # a kernel without transparent huge pages
 page = os.urandom(mmap.PAGESIZE)
 for at in range(0, len(sparse), 2 * mmap.PAGESIZE):
     sparse[at:at + mmap.PAGESIZE] = page
