@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* Image checksums: the follower that hashes pages images while they are
  * written must give what hashing the finished files gives, and the
- * verification must catch a changed pages file. */
+ * verification must catch a changed pages file; a big file read ahead by
+ * several threads hashes as one read gives. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -116,6 +117,40 @@ static void verifier_catches_changed_pages(void **state)
 	manifest_free(&m);
 }
 
+/* Read ahead by several threads, a big file hashes as it does in one go,
+ * whether it ends on a chunk or not; a cancel stops it. */
+static void ahead_matches_one_pass(void **state)
+{
+	const size_t sizes[] = {HASH_AHEAD_MIN + 123, 8 * HASH_CHUNK, HASH_AHEAD_MIN - 1};
+	char *buf = malloc(HASH_CHUNK);
+	atomic_bool cancel = true;
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+		char path[4096];
+		XXH3_state_t *st = XXH3_createState();
+		uint64_t offset = 0;
+		char *all = malloc(sizes[i]);
+		int fd;
+
+		write_chunk("ahead.img", (unsigned int)i, sizes[i], O_TRUNC);
+		snprintf(path, sizeof(path), "%s/criu/ahead.img", dir);
+		fd = open(path, O_RDONLY);
+		assert_int_equal(read(fd, all, sizes[i]), (ssize_t)sizes[i]);
+		XXH3_128bits_reset(st);
+		assert_int_equal(hash_file_ahead(fd, st, buf, &offset, NULL), 0);
+		assert_int_equal(offset, sizes[i]);
+		assert_true(XXH128_isEqual(XXH3_128bits_digest(st), XXH3_128bits(all, sizes[i])));
+		offset = 0;
+		assert_int_equal(hash_file_ahead(fd, st, buf, &offset, &cancel), -ECANCELED);
+		close(fd);
+		unlink(path);
+		free(all);
+		XXH3_freeState(st);
+	}
+	free(buf);
+}
+
 static int setup(void **state)
 {
 	(void)state;
@@ -137,6 +172,7 @@ int main(void)
 	    cmocka_unit_test(pages_names),
 	    cmocka_unit_test(follower_matches_whole_files),
 	    cmocka_unit_test(verifier_catches_changed_pages),
+	    cmocka_unit_test(ahead_matches_one_pass),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);

@@ -133,7 +133,7 @@ static int hash_file(int dirfd, struct manifest_file *f, char *buf, const atomic
 		return -ENOMEM;
 	XXH3_128bits_reset(state);
 	posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
-	r = hash_tail(fd, state, buf, &size, cancel);
+	r = hash_file_ahead(fd, state, buf, &size, cancel);
 	if (r == 0) {
 		hash_hex(state, f->xxh128);
 		f->size = size;

@@ -41,6 +41,14 @@ uint64_t image_flush_step(int fd, uint64_t from, uint64_t to);
  * with -ECANCELED once *cancel is set. */
 int hash_tail(int fd, XXH3_state_t *state, char *buf, uint64_t *offset, const atomic_bool *cancel);
 
+/* hash_tail from the start of a file of HASH_AHEAD_MIN bytes or more, with
+ * a few threads reading ahead of the one that hashes (image-hash-ahead.c);
+ * a smaller file, or one left without memory or threads, is read by this
+ * thread alone. */
+#define HASH_AHEAD_MIN (4 * HASH_CHUNK)
+int hash_file_ahead(int fd, XXH3_state_t *state, char *buf, uint64_t *offset,
+		    const atomic_bool *cancel);
+
 /* The hex digest of state into hex. */
 void hash_hex(XXH3_state_t *state, char hex[33]);
 
