@@ -108,11 +108,6 @@ int checkpoint_seal_image(const char *dir, struct manifest *m, struct image_foll
 	return r < 0 ? r : checkpoint_write_manifest(dir, m, err);
 }
 
-bool checkpoint_seals_after_resume(const struct stasis_checkpoint_options *o)
-{
-	return o->leave_running && !o->compress;
-}
-
 /* A staged image goes to its folder once the workload runs again; it is
  * complete, with its manifest, only once its pages are on disk. */
 static int checkpoint_seal_staged(struct target *t, struct manifest *m, struct image_stager *stager,
@@ -287,14 +282,13 @@ static int checkpoint_dump(struct target *t, struct manifest *m, struct gpu_batc
 			   uint64_t pause_start, struct stasis_error **err)
 {
 	bool leave_running = t->checkpoint->leave_running;
-	bool seal_after = !t->ops->seals_in_dump || checkpoint_seals_after_resume(t->checkpoint);
 	struct image_follower *follower = NULL;
 	struct image_stager *stager = NULL;
 	int r = 0;
 
 	if (t->stage[0])
 		r = image_stage_start(t->stage, t->dir, &stager, err);
-	else if (seal_after && !leave_running)
+	else if (!t->ops->seals_in_dump)
 		image_follow_start(t->dir, &follower, NULL);
 	if (r < 0) {
 		gpu_rollback(batch, err);
@@ -306,7 +300,7 @@ static int checkpoint_dump(struct target *t, struct manifest *m, struct gpu_batc
 		manifest_add_phase(m, "pause", now_usec() - pause_start);
 	if (r == 0 && stager)
 		r = checkpoint_seal_staged(t, m, stager, err);
-	else if (r == 0 && seal_after) {
+	else if (r == 0 && !t->ops->seals_in_dump) {
 		r = checkpoint_seal_image(t->dir, m, follower, err);
 		if (r < 0 && !leave_running)
 			recover_from_image(t, m, err);

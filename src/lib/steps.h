@@ -10,8 +10,6 @@
 #include "image.h"
 #include "manifest.h"
 
-struct stasis_checkpoint_options;
-
 /* PID names a live process that is not stasis or its parent, and leads
  * its session unless shell_job: what CRIU's dump of a tree needs. */
 int checkpoint_preflight_tree(pid_t pid, bool shell_job, struct stasis_error **err);
@@ -45,11 +43,6 @@ int checkpoint_pack_finish(struct image_packer *packer, struct manifest *m,
  * from here on. Records the "checksum" phase. */
 int checkpoint_seal_image(const char *dir, struct manifest *m, struct image_follower *follower,
 			  struct stasis_error **err);
-
-/* With --leave-running (and no --compress, which compresses during the
- * dump), nothing runs beside CRIU while the workload waits: the image is
- * hashed, written from the stage and sealed once it runs again. */
-bool checkpoint_seals_after_resume(const struct stasis_checkpoint_options *o);
 
 /* EINTR naming step when SIGINT or SIGTERM arrived (fault simulates one). */
 int checkpoint_check_interrupted(const char *fault, const char *step, struct stasis_error **err);

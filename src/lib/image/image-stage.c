@@ -2,15 +2,16 @@
 /* Staging a --leave-running checkpoint in memory (image-stage.h). The copy
  * to the image folder reads each staged file once: it hashes what it
  * writes, and punches the written range out of tmpfs so that the staged
- * image gives its memory back as it goes. Nothing is copied while CRIU
- * dumps: the workload waits for CRIU, and on the GPU machine a copy
- * running beside it made CRIU's one dumping thread slower than the
- * reference's, which dumps alone. */
+ * image gives its memory back as it goes. The pages images are copied
+ * while CRIU still writes them, as the page cache's writeback would for
+ * an image dumped straight to disk, so that the disk is busy during the
+ * pause too; CRIU itself never waits for the disk. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +31,7 @@
 #define STAGE_PREFIX "stasis-stage-"
 #define STAGE_CHUNK (8u << 20)
 #define STAGE_THREADS 4
+#define STAGE_IDLE_US 5000
 
 int image_stage_make(char out[PATH_MAX], struct stasis_error **err)
 {
@@ -106,14 +108,27 @@ struct staged_file {
 struct image_stager {
 	char dir[PATH_MAX];
 	int from, to; /* the staging folder, DIR/criu */
-	DIR *scan;    /* the staging folder */
+	DIR *scan;    /* the staging folder, for the follower */
+	pthread_t follower;
+	bool following;
+	atomic_bool stop;
+	char *buf; /* the follower's */
 	struct staged_file *files;
 	size_t nfiles, cap;
+	int follow_error; /* the follower's first, as -errno */
 	/* The commit's workers take files in turn under the lock. */
 	pthread_mutex_t lock;
 	size_t next, failed;
 	int error;
 };
+
+static struct staged_file *find_file(struct image_stager *s, const char *name)
+{
+	for (size_t i = 0; i < s->nfiles; i++)
+		if (strcmp(s->files[i].name, name) == 0)
+			return &s->files[i];
+	return NULL;
+}
 
 /* Open name in the stage and create it in DIR/criu; the array may move. */
 static int add_file(struct image_stager *s, const char *name)
@@ -157,9 +172,9 @@ fail:;
 	return -e;
 }
 
-/* Copy f from where it stands to its end, hashed, giving back the staged
- * memory behind it. */
-static int copy_tail(struct staged_file *f, char *buf)
+/* Copy f from where it stands to the end it has now, hashed, giving back
+ * the staged memory behind it. */
+static int copy_tail(struct staged_file *f, char *buf, bool final)
 {
 	struct stat st;
 
@@ -173,9 +188,9 @@ static int copy_tail(struct staged_file *f, char *buf)
 			continue;
 		if (n <= 0)
 			return n < 0 ? -errno : -EIO; /* the staged file shrank */
-		if (stasis_interrupted())
+		if (final && stasis_interrupted())
 			return -EINTR;
-		if (fault_at("stage-slow", 0))
+		if (final && fault_at("stage-slow", 0))
 			usleep(500000);
 		XXH3_128bits_update(f->state, buf, (size_t)n);
 		r = write_all(f->out, buf, (size_t)n);
@@ -186,6 +201,37 @@ static int copy_tail(struct staged_file *f, char *buf)
 		f->flushed = image_flush_step(f->out, f->flushed, f->done);
 	}
 	return 0;
+}
+
+static int follow_add(void *ctx, const char *name)
+{
+	struct image_stager *s = ctx;
+
+	return find_file(s, name) ? 0 : add_file(s, name);
+}
+
+/* While CRIU dumps: the pages images as they grow. */
+static void *follow_thread(void *arg)
+{
+	struct image_stager *s = arg;
+
+	while (!atomic_load(&s->stop)) {
+		uint64_t before = 0, after = 0;
+		int r = image_scan_pages(s->scan, follow_add, s);
+
+		for (size_t i = 0; i < s->nfiles && r == 0; i++) {
+			before += s->files[i].done;
+			r = copy_tail(&s->files[i], s->buf, false);
+			after += s->files[i].done;
+		}
+		if (r < 0) {
+			s->follow_error = r;
+			return NULL;
+		}
+		if (after == before)
+			usleep(STAGE_IDLE_US);
+	}
+	return NULL;
 }
 
 int image_stage_start(const char *stage, const char *dir, struct image_stager **out,
@@ -202,21 +248,37 @@ int image_stage_start(const char *stage, const char *dir, struct image_stager **
 	s->from = open(stage, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	s->to = open(sub, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	s->scan = opendir(stage);
-	if (s->from < 0 || s->to < 0 || !s->scan) {
-		int e = errno;
+	s->buf = malloc(STAGE_CHUNK);
+	if (s->from < 0 || s->to < 0 || !s->scan || !s->buf) {
+		int e = s->buf ? errno : ENOMEM;
 
 		image_stage_free(s);
 		return stasis_error_errno(err, e, "staging the image in %s: %s", stage,
 					  strerror(e));
 	}
+	if (pthread_create(&s->follower, NULL, follow_thread, s) != 0) {
+		image_stage_free(s);
+		return stasis_error_errno(err, EAGAIN, "starting the staged image's writer");
+	}
+	s->following = true;
 	*out = s;
 	return 0;
+}
+
+static void follow_stop(struct image_stager *s)
+{
+	if (!s->following)
+		return;
+	atomic_store(&s->stop, true);
+	pthread_join(s->follower, NULL);
+	s->following = false;
 }
 
 void image_stage_free(struct image_stager *s)
 {
 	if (!s)
 		return;
+	follow_stop(s);
 	for (size_t i = 0; i < s->nfiles; i++) {
 		close(s->files[i].in);
 		close(s->files[i].out);
@@ -230,6 +292,7 @@ void image_stage_free(struct image_stager *s)
 		close(s->from);
 	if (s->to >= 0)
 		close(s->to);
+	free(s->buf);
 	pthread_mutex_destroy(&s->lock);
 	free(s);
 }
@@ -248,7 +311,7 @@ static void *commit_worker(void *arg)
 		pthread_mutex_unlock(&s->lock);
 		if (i >= s->nfiles)
 			return NULL;
-		r = buf ? copy_tail(&s->files[i], buf) : -ENOMEM;
+		r = buf ? copy_tail(&s->files[i], buf, true) : -ENOMEM;
 		pthread_mutex_lock(&s->lock);
 		if (r < 0 && !s->error) {
 			s->error = r;
@@ -261,8 +324,9 @@ static void *commit_worker(void *arg)
 	}
 }
 
-/* Every staged file, then each its manifest entry unless it is a log. */
-static int list_files(struct image_stager *s, struct manifest *m)
+/* Every staged file the follower did not take, then each its manifest
+ * entry unless it is a log. */
+static int list_rest(struct image_stager *s, struct manifest *m)
 {
 	struct dirent *de;
 	size_t first = m->nfiles;
@@ -271,7 +335,7 @@ static int list_files(struct image_stager *s, struct manifest *m)
 	while ((de = readdir(s->scan))) {
 		int r;
 
-		if (de->d_type != DT_REG)
+		if (de->d_type != DT_REG || find_file(s, de->d_name))
 			continue;
 		r = add_file(s, de->d_name);
 		if (r < 0)
@@ -321,7 +385,10 @@ int image_stage_commit(struct image_stager *s, struct manifest *m, struct stasis
 	const char *failed = "";
 	int r;
 
-	r = list_files(s, m);
+	follow_stop(s);
+	r = s->follow_error;
+	if (r == 0)
+		r = list_rest(s, m);
 	if (r == 0)
 		r = copy_rest(s);
 	if (r < 0 && s->error)

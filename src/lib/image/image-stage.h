@@ -22,11 +22,11 @@ int image_stage_make(char out[PATH_MAX], struct stasis_error **err);
  * they could clean up); they hold whole images in memory. */
 void image_stage_sweep(void);
 
-/* Writes a staged image to its folder once CRIU is done and the workload
- * runs again. */
+/* Writes a staged image to its folder: the pages images while CRIU still
+ * dumps them (it only appends to them), the rest once it is done. */
 struct image_stager;
 
-/* Open stage, and DIR/criu where its files go. */
+/* Start copying the pages images that appear in stage to DIR/criu. */
 int image_stage_start(const char *stage, const char *dir, struct image_stager **out,
 		      struct stasis_error **err);
 
@@ -36,7 +36,7 @@ int image_stage_start(const char *stage, const char *dir, struct image_stager **
  * with EINTR. */
 int image_stage_commit(struct image_stager *s, struct manifest *m, struct stasis_error **err);
 
-/* Free s; NULL is fine. */
+/* Stop the copying (if still running) and free s; NULL is fine. */
 void image_stage_free(struct image_stager *s);
 
 /* Remove the staging folder; "" is left alone. */
