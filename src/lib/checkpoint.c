@@ -96,7 +96,7 @@ static int checkpoint_write_manifest(const char *dir, struct manifest *m, struct
 }
 
 int checkpoint_seal_image(const char *dir, struct manifest *m, struct image_follower *follower,
-			  struct stasis_error **err)
+			  bool durable_first, struct stasis_error **err)
 {
 	uint64_t start = now_usec();
 	int r;
@@ -105,6 +105,8 @@ int checkpoint_seal_image(const char *dir, struct manifest *m, struct image_foll
 	r = image_checksum(dir, m, follower, err);
 	manifest_add_phase(m, "checksum", now_usec() - start);
 	progress_end();
+	if (r == 0 && durable_first)
+		r = image_sync(dir, m, err);
 	return r < 0 ? r : checkpoint_write_manifest(dir, m, err);
 }
 
@@ -301,7 +303,7 @@ static int checkpoint_dump(struct target *t, struct manifest *m, struct gpu_batc
 	if (r == 0 && stager)
 		r = checkpoint_seal_staged(t, m, stager, err);
 	else if (r == 0 && !t->ops->seals_in_dump) {
-		r = checkpoint_seal_image(t->dir, m, follower, err);
+		r = checkpoint_seal_image(t->dir, m, follower, true, err);
 		if (r < 0 && !leave_running)
 			recover_from_image(t, m, err);
 	}
@@ -414,8 +416,10 @@ int stasis_checkpoint(const struct stasis_checkpoint_options *o, struct manifest
 	if (r < 0)
 		return r;
 	/* Durable before it is called done; the workload already runs again
-	 * (or is gone), so this costs no downtime. */
-	r = image_sync(o->dir, m, err);
+	 * (or is gone), so this costs no downtime. An image sealed or written
+	 * from its stage was flushed before its manifest already. */
+	if (!manifest_has_phase(m, "sync"))
+		r = image_sync(o->dir, m, err);
 	if (r < 0)
 		return r;
 	manifest_add_phase(m, "durable", now_usec() - start);

@@ -39,10 +39,12 @@ int checkpoint_pack_finish(struct image_packer *packer, struct manifest *m,
 			   struct stasis_error **err);
 
 /* Checksum every image file into m (with what follower, which may be NULL,
- * hashed during the dump), then write the manifest: the image is complete
- * from here on. Records the "checksum" phase. */
+ * hashed during the dump), with durable_first flush them to disk, then
+ * write the manifest: the image is complete from here on. Records the
+ * "checksum" phase. durable_first where the workload is killed next: it
+ * must not go before its image is on disk. */
 int checkpoint_seal_image(const char *dir, struct manifest *m, struct image_follower *follower,
-			  struct stasis_error **err);
+			  bool durable_first, struct stasis_error **err);
 
 /* EINTR naming step when SIGINT or SIGTERM arrived (fault simulates one). */
 int checkpoint_check_interrupted(const char *fault, const char *step, struct stasis_error **err);

@@ -532,6 +532,9 @@ int image_sync(const char *dir, struct manifest *m, struct stasis_error **err)
 	_cleanup_close_ int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	uint64_t start = now_usec();
 
+	if (fault_at("sync", 0))
+		return stasis_error_set(err, EIO, STASIS_DOMAIN_SYSTEM, EIO,
+					"flushing %s to disk: injected fault", dir);
 	if (fd < 0 || syncfs(fd) < 0)
 		return stasis_error_errno(err, errno, "flushing %s to disk: %s", dir,
 					  strerror(errno));

@@ -63,10 +63,11 @@ static struct {
 	struct image_follower *follower;
 	struct image_packer *packer;
 	uint64_t dump_start;
+	bool killed_next; /* CRIU kills the tree after the notification */
 	int result;
 } post_dump;
 
-/* The tree is still frozen here. Only once the image is durable may CRIU
+/* The tree is still frozen here. Only once the image is on disk may CRIU
  * kill it; a non-zero answer makes CRIU resume the tree instead. A staged
  * image (leave_running) is sealed by the orchestration once the tree runs. */
 static int on_dump_notify(const char *action)
@@ -83,8 +84,9 @@ static int on_dump_notify(const char *action)
 		post_dump.result =
 		    checkpoint_pack_finish(post_dump.packer, post_dump.m, post_dump.err);
 	if (post_dump.result == 0)
-		post_dump.result = checkpoint_seal_image(post_dump.dir, post_dump.m,
-							 post_dump.follower, post_dump.err);
+		post_dump.result =
+		    checkpoint_seal_image(post_dump.dir, post_dump.m, post_dump.follower,
+					  post_dump.killed_next, post_dump.err);
 	return post_dump.result < 0 ? 1 : 0;
 }
 
@@ -103,6 +105,7 @@ static int tree_dump(struct target *t, struct manifest *m, struct stasis_error *
 	int r;
 
 	post_dump.dir = t->stage[0] ? NULL : t->dir;
+	post_dump.killed_next = !o->leave_running;
 	post_dump.m = m;
 	post_dump.err = err;
 	post_dump.result = 0;
