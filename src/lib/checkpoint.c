@@ -277,15 +277,34 @@ static void recover_from_image(struct target *t, struct manifest *m, struct stas
 	stasis_error_hint(err, "restoring '%s' from %s failed too; it is gone", t->id, t->dir);
 }
 
+/* A target that can hold its workload frozen after its dump (dump_held)
+ * seals the image meanwhile: the workload is killed only once its image
+ * is on disk, and runs on if that fails. */
+struct held_seal {
+	const char *dir;
+	struct manifest *m;
+	struct image_follower *follower;
+	struct stasis_error **err;
+};
+
+static int seal_while_held(void *ctx)
+{
+	struct held_seal *h = ctx;
+
+	return checkpoint_seal_image(h->dir, h->m, h->follower, true, h->err);
+}
+
 /* The target's dump, with the GPU steps around it and the image sealed
- * after it unless the target sealed it inside. pause_start: when the
- * workload stopped. */
+ * after it unless the target sealed it inside or held the workload while
+ * it was sealed. pause_start: when the workload stopped. */
 static int checkpoint_dump(struct target *t, struct manifest *m, struct gpu_batch *batch,
 			   uint64_t pause_start, struct stasis_error **err)
 {
 	bool leave_running = t->checkpoint->leave_running;
+	bool held = !leave_running && !t->ops->seals_in_dump && t->ops->dump_held;
 	struct image_follower *follower = NULL;
 	struct image_stager *stager = NULL;
+	struct held_seal seal = {.dir = t->dir, .m = m, .err = err};
 	int r = 0;
 
 	if (t->stage[0])
@@ -296,13 +315,14 @@ static int checkpoint_dump(struct target *t, struct manifest *m, struct gpu_batc
 		gpu_rollback(batch, err);
 		return r;
 	}
-	r = t->ops->dump(t, m, err);
+	seal.follower = follower;
+	r = held ? t->ops->dump_held(t, m, seal_while_held, &seal, err) : t->ops->dump(t, m, err);
 	r = checkpoint_dump_end(batch, m, leave_running, r, err);
 	if (r == 0 && leave_running)
 		manifest_add_phase(m, "pause", now_usec() - pause_start);
 	if (r == 0 && stager)
 		r = checkpoint_seal_staged(t, m, stager, err);
-	else if (r == 0 && !t->ops->seals_in_dump) {
+	else if (r == 0 && !t->ops->seals_in_dump && !held) {
 		r = checkpoint_seal_image(t->dir, m, follower, true, err);
 		if (r < 0 && !leave_running)
 			recover_from_image(t, m, err);
