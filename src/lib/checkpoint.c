@@ -291,6 +291,9 @@ static int seal_while_held(void *ctx)
 {
 	struct held_seal *h = ctx;
 
+	/* Test-only: time to kill stasis while it holds the workload. */
+	if (fault_at("seal-slow", 0))
+		sleep(30);
 	return checkpoint_seal_image(h->dir, h->m, h->follower, true, h->err);
 }
 
