@@ -19,9 +19,6 @@
 
 #define HASH_READERS 3
 #define HASH_SLOTS 6
-/* Ask the disk for the next window while this one is read: a cold image
- * keeps more than one request in flight. */
-#define AHEAD_WINDOW (64u << 20)
 
 struct hash_ring {
 	int fd;
@@ -60,10 +57,10 @@ static void ask_ahead(struct hash_ring *r, uint64_t chunk)
 {
 	uint64_t at = chunk * HASH_CHUNK;
 
-	if (at + AHEAD_WINDOW / 2 < r->asked || r->asked >= r->size)
+	if (at + HASH_READ_AHEAD / 2 < r->asked || r->asked >= r->size)
 		return;
-	posix_fadvise(r->fd, (off_t)r->asked, AHEAD_WINDOW, POSIX_FADV_WILLNEED);
-	r->asked += AHEAD_WINDOW;
+	posix_fadvise(r->fd, (off_t)r->asked, HASH_READ_AHEAD, POSIX_FADV_WILLNEED);
+	r->asked += HASH_READ_AHEAD;
 }
 
 static void *ring_reader(void *arg)
@@ -135,8 +132,9 @@ static int hash_ring_run(struct hash_ring *r, XXH3_state_t *state, uint64_t *off
 	for (size_t i = 0; i < HASH_READERS; i++)
 		if (pthread_create(&readers[started], NULL, ring_reader, r) == 0)
 			started++;
+	/* No reader: nothing hashed here, hash_tail reads it all. */
 	if (started == 0)
-		return -EAGAIN;
+		return 0;
 	ret = ring_hash(r, state, offset, cancel);
 	pthread_mutex_lock(&r->lock);
 	r->stop = true;
@@ -152,7 +150,7 @@ int hash_file_ahead(int fd, XXH3_state_t *state, char *buf, uint64_t *offset,
 {
 	struct hash_ring r = {.fd = fd};
 	struct stat st;
-	int ret = -EAGAIN;
+	int ret = 0;
 
 	if (*offset == 0 && fstat(fd, &st) == 0 && (uint64_t)st.st_size >= HASH_AHEAD_MIN) {
 		r.size = (uint64_t)st.st_size;
@@ -167,9 +165,7 @@ int hash_file_ahead(int fd, XXH3_state_t *state, char *buf, uint64_t *offset,
 		pthread_mutex_destroy(&r.lock);
 		free(r.slots);
 	}
-	/* No ring (a small file, no memory, no thread): one thread reads it
-	 * all. After the ring, whatever the file grew by since. */
-	if (ret == -EAGAIN && *offset == 0)
-		ret = 0;
+	/* Without a ring (a small file, no memory, no thread) this thread
+	 * reads it all; after one, whatever the file grew by since. */
 	return ret < 0 ? ret : hash_tail(fd, state, buf, offset, cancel);
 }

@@ -11,9 +11,6 @@
 #include "util.h"
 
 #define HASH_THREADS 4
-/* Ask for the next window while hashing this one: reading from a cold
- * disk keeps more than one request in flight. */
-#define READ_AHEAD (64u << 20)
 
 static bool pages_named(const char *name, const char *suffix)
 {
@@ -80,9 +77,9 @@ int hash_tail(int fd, XXH3_state_t *state, char *buf, uint64_t *offset, const at
 
 		if (cancel && atomic_load(cancel))
 			return -ECANCELED;
-		if (*offset + READ_AHEAD / 2 >= asked) {
-			asked = *offset + READ_AHEAD;
-			posix_fadvise(fd, (off_t)asked, READ_AHEAD, POSIX_FADV_WILLNEED);
+		if (*offset + HASH_READ_AHEAD / 2 >= asked) {
+			asked = *offset + HASH_READ_AHEAD;
+			posix_fadvise(fd, (off_t)asked, HASH_READ_AHEAD, POSIX_FADV_WILLNEED);
 		}
 		n = pread(fd, buf, HASH_CHUNK, (off_t)*offset);
 		if (n == 0)

@@ -35,6 +35,9 @@ uint64_t image_flush_step(int fd, uint64_t from, uint64_t to);
 
 /* The size of the buffer hash_tail reads into. */
 #define HASH_CHUNK (4u << 20)
+/* The window asked of the disk ahead of the reads (POSIX_FADV_WILLNEED):
+ * a cold image keeps more than one request in flight. */
+#define HASH_READ_AHEAD (64u << 20)
 
 /* Hash what is left of fd from its offset to end of file into state,
  * reading through buf (HASH_CHUNK bytes); *offset moves along. Stops early

@@ -63,7 +63,6 @@ static struct {
 	struct image_follower *follower;
 	struct image_packer *packer;
 	uint64_t dump_start;
-	bool killed_next; /* CRIU kills the tree after the notification */
 	int result;
 } post_dump;
 
@@ -86,7 +85,7 @@ static int on_dump_notify(const char *action)
 	if (post_dump.result == 0)
 		post_dump.result =
 		    checkpoint_seal_image(post_dump.dir, post_dump.m, post_dump.follower,
-					  post_dump.killed_next, post_dump.err);
+					  !post_dump.m->options.leave_running, post_dump.err);
 	return post_dump.result < 0 ? 1 : 0;
 }
 
@@ -105,7 +104,6 @@ static int tree_dump(struct target *t, struct manifest *m, struct stasis_error *
 	int r;
 
 	post_dump.dir = t->stage[0] ? NULL : t->dir;
-	post_dump.killed_next = !o->leave_running;
 	post_dump.m = m;
 	post_dump.err = err;
 	post_dump.result = 0;
