@@ -22,6 +22,7 @@ int cmd_checkpoint(int argc, char **argv)
 	    {"thp", no_argument, NULL, 'H'},
 	    {"compress", no_argument, NULL, 'z'},
 	    {"no-stage", no_argument, NULL, 'S'},
+	    {"stage", no_argument, NULL, 'G'},
 	    {"print-stats", no_argument, NULL, 'P'},
 	    {"json", no_argument, NULL, 'P'},
 	    {NULL, 0, NULL, 0},
@@ -71,6 +72,9 @@ int cmd_checkpoint(int argc, char **argv)
 		case 'S':
 			o.no_stage = true;
 			break;
+		case 'G':
+			o.stage = true;
+			break;
 		case 'P':
 			stats = true;
 			break;
@@ -88,6 +92,9 @@ int cmd_checkpoint(int argc, char **argv)
 		return cli_usage_error("checkpoint", "'%s' is not a PID", argv[optind]);
 	if (!o.dir)
 		return cli_usage_error("checkpoint", "missing -D DIR");
+	if (o.stage && o.no_stage)
+		return cli_usage_error("checkpoint",
+				       "--stage and --no-stage contradict each other");
 
 	progress_enable(cli_decorate(stats));
 	stasis_install_interrupt_handlers();

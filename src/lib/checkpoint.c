@@ -101,6 +101,9 @@ int checkpoint_seal_image(const char *dir, struct manifest *m, struct image_foll
 	uint64_t start = now_usec();
 	int r;
 
+	/* Test-only: time to kill stasis while it seals. */
+	if (fault_at("seal-slow", 0))
+		sleep(30);
 	progress_begin("checksumming the image");
 	r = image_checksum(dir, m, follower, err);
 	manifest_add_phase(m, "checksum", now_usec() - start);
@@ -108,6 +111,11 @@ int checkpoint_seal_image(const char *dir, struct manifest *m, struct image_foll
 	if (r == 0 && durable_first)
 		r = image_sync(dir, m, err);
 	return r < 0 ? r : checkpoint_write_manifest(dir, m, err);
+}
+
+bool checkpoint_seals_after_resume(const struct stasis_checkpoint_options *o)
+{
+	return o->leave_running && !o->compress;
 }
 
 /* A staged image goes to its folder once the workload runs again; it is
@@ -143,7 +151,7 @@ static void checkpoint_pick_stage(struct target *t, struct manifest *m)
 	else if (o->no_stage)
 		m->unstaged_why = "--no-stage";
 	else
-		m->unstaged_why = preflight_stage(m, t->dir, image_stage_root());
+		m->unstaged_why = preflight_stage(m, t->dir, image_stage_root(), o->stage);
 	if (m->unstaged_why)
 		return;
 	if (image_stage_make(t->stage, NULL) < 0) {
@@ -291,9 +299,6 @@ static int seal_while_held(void *ctx)
 {
 	struct held_seal *h = ctx;
 
-	/* Test-only: time to kill stasis while it holds the workload. */
-	if (fault_at("seal-slow", 0))
-		sleep(30);
 	return checkpoint_seal_image(h->dir, h->m, h->follower, true, h->err);
 }
 
@@ -304,7 +309,8 @@ static int checkpoint_dump(struct target *t, struct manifest *m, struct gpu_batc
 			   uint64_t pause_start, struct stasis_error **err)
 {
 	bool leave_running = t->checkpoint->leave_running;
-	bool held = !leave_running && !t->ops->seals_in_dump && t->ops->dump_held;
+	bool seal_after = !t->ops->seals_in_dump || checkpoint_seals_after_resume(t->checkpoint);
+	bool held = !leave_running && seal_after && t->ops->dump_held;
 	struct image_follower *follower = NULL;
 	struct image_stager *stager = NULL;
 	struct held_seal seal = {.dir = t->dir, .m = m, .err = err};
@@ -312,7 +318,7 @@ static int checkpoint_dump(struct target *t, struct manifest *m, struct gpu_batc
 
 	if (t->stage[0])
 		r = image_stage_start(t->stage, t->dir, &stager, err);
-	else if (!t->ops->seals_in_dump)
+	else if (seal_after)
 		image_follow_start(t->dir, &follower, NULL);
 	if (r < 0) {
 		gpu_rollback(batch, err);
@@ -325,7 +331,7 @@ static int checkpoint_dump(struct target *t, struct manifest *m, struct gpu_batc
 		manifest_add_phase(m, "pause", now_usec() - pause_start);
 	if (r == 0 && stager)
 		r = checkpoint_seal_staged(t, m, stager, err);
-	else if (r == 0 && !t->ops->seals_in_dump && !held) {
+	else if (r == 0 && seal_after && !held) {
 		r = checkpoint_seal_image(t->dir, m, follower, true, err);
 		if (r < 0 && !leave_running)
 			recover_from_image(t, m, err);

@@ -257,7 +257,35 @@ int preflight_image_room(const struct manifest *m, const char *dir, bool compres
 	return 0;
 }
 
-const char *preflight_stage(const struct manifest *m, const char *dir, const char *stage_root)
+uint64_t preflight_dirty_limit(uint64_t dirty_bytes, unsigned int dirty_ratio, uint64_t dirtyable)
+{
+	if (dirty_bytes)
+		return dirty_bytes;
+	return dirtyable / 100 * dirty_ratio;
+}
+
+static uint64_t read_sysctl(const char *path, uint64_t otherwise)
+{
+	_cleanup_free_ char *text = read_file_str(path, NULL);
+
+	return text ? strtoull(text, NULL, 10) : otherwise;
+}
+
+/* Whether CRIU's writes of the image stay below the dirty limit. The
+ * driver's copy of the GPU state takes its share of the memory first. */
+static bool page_cache_takes(const struct image_estimate *e)
+{
+	uint64_t available = preflight_mem_available();
+	uint64_t dirtyable = available > e->gpu ? available - e->gpu : 0;
+	uint64_t limit = preflight_dirty_limit(
+	    read_sysctl("/proc/sys/vm/dirty_bytes", 0),
+	    (unsigned int)read_sysctl("/proc/sys/vm/dirty_ratio", 20), dirtyable);
+
+	return e->total <= limit;
+}
+
+const char *preflight_stage(const struct manifest *m, const char *dir, const char *stage_root,
+			    bool forced)
 {
 	struct image_estimate e;
 	struct statfs dir_fs, stage_fs;
@@ -265,12 +293,14 @@ const char *preflight_stage(const struct manifest *m, const char *dir, const cha
 
 	if (statfs(dir, &dir_fs) < 0 || dir_fs.f_type == TMPFS_MAGIC)
 		return "the image folder is in memory already";
+	preflight_image_estimate(m, &e);
+	if (!forced && page_cache_takes(&e))
+		return "the page cache takes the image below the dirty limit";
 	if (statfs(stage_root, &stage_fs) < 0 || statvfs(stage_root, &stage_vfs) < 0 ||
 	    access(stage_root, W_OK) < 0)
 		return "no writable staging folder";
 	if (stage_fs.f_type != TMPFS_MAGIC)
 		return "the staging folder is not in memory (tmpfs)";
-	preflight_image_estimate(m, &e);
 	if ((uint64_t)stage_vfs.f_bavail * stage_vfs.f_frsize < e.total)
 		return "not enough room in the staging folder";
 	/* The GPU state sits in the processes' memory until the GPU restore,

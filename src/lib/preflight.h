@@ -42,8 +42,16 @@ void preflight_image_estimate(const struct manifest *m, struct image_estimate *e
 int preflight_image_room(const struct manifest *m, const char *dir, bool compress,
 			 struct stasis_error **err);
 
-/* Whether a --leave-running checkpoint into dir can be staged in memory
- * under stage_root (image-stage.h): NULL if so, else why not. */
-const char *preflight_stage(const struct manifest *m, const char *dir, const char *stage_root);
+/* The most dirty page cache the kernel lets writers make before it holds
+ * them to the disk's pace: vm.dirty_bytes, else vm.dirty_ratio percent of
+ * dirtyable memory (approximated by available memory). */
+uint64_t preflight_dirty_limit(uint64_t dirty_bytes, unsigned int dirty_ratio, uint64_t dirtyable);
+
+/* Whether a --leave-running checkpoint into dir is staged in memory under
+ * stage_root (image-stage.h): NULL if so, else why not. Unless forced, an
+ * image the page cache takes below the dirty limit is not staged: CRIU
+ * writes it as fast as into tmpfs, and the disk starts on it at once. */
+const char *preflight_stage(const struct manifest *m, const char *dir, const char *stage_root,
+			    bool forced);
 
 #endif

@@ -26,6 +26,7 @@ struct stasis_checkpoint_options {
 	bool thp_always; /* transparent huge pages "always" meanwhile (thp.h) */
 	bool compress;	 /* zstd the pages images (image-pack.c) */
 	bool no_stage;	 /* with leave_running, write the image while the workload waits */
+	bool stage;	 /* with leave_running, stage even what the page cache would take */
 };
 
 /* Checkpoint the tree rooted at pid, or the container, into dir; m

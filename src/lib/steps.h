@@ -10,6 +10,8 @@
 #include "image.h"
 #include "manifest.h"
 
+struct stasis_checkpoint_options;
+
 /* PID names a live process that is not stasis or its parent, and leads
  * its session unless shell_job: what CRIU's dump of a tree needs. */
 int checkpoint_preflight_tree(pid_t pid, bool shell_job, struct stasis_error **err);
@@ -41,10 +43,16 @@ int checkpoint_pack_finish(struct image_packer *packer, struct manifest *m,
 /* Checksum every image file into m (with what follower, which may be NULL,
  * hashed during the dump), with durable_first flush them to disk, then
  * write the manifest: the image is complete from here on. Records the
- * "checksum" phase. durable_first where the workload is killed next: it
- * must not go before its image is on disk. */
+ * "checksum" phase. durable_first wherever the flush costs no wait: a
+ * manifest then always names an image on disk, and a workload killed
+ * next never goes before its image is there. */
 int checkpoint_seal_image(const char *dir, struct manifest *m, struct image_follower *follower,
 			  bool durable_first, struct stasis_error **err);
+
+/* With --leave-running (and no --compress, which finishes its images
+ * inside the dump), the image is hashed to its end, flushed and sealed
+ * once the workload runs again, not while it waits. */
+bool checkpoint_seals_after_resume(const struct stasis_checkpoint_options *o);
 
 /* EINTR naming step when SIGINT or SIGTERM arrived (fault simulates one). */
 int checkpoint_check_interrupted(const char *fault, const char *step, struct stasis_error **err);

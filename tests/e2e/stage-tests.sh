@@ -27,8 +27,12 @@ test_stage_leave_running() {
 	local w="$TMP/st1" pid root="$TMP/st1-stage"
 	mount_stage "$root" 512m || return 1
 	start_workload "$w" || return 1
-	STASIS_STAGE_DIR=$root "$STASIS" checkpoint "$pid" -D "$w/img" --leave-running --json \
+	STASIS_STAGE_DIR=$root "$STASIS" checkpoint "$pid" -D "$w/img0" --leave-running --json \
 		>"$w/stats" || return 1
+	grep -q '"not_staged_because":"the page cache takes the image below the dirty limit"' \
+		"$w/stats" || { fail "staged a small image: $(cat "$w/stats")"; return 1; }
+	STASIS_STAGE_DIR=$root "$STASIS" checkpoint "$pid" -D "$w/img" --leave-running --stage \
+		--json >"$w/stats" || return 1
 	grep -q '"staged":true' "$w/stats" || { fail "not staged: $(cat "$w/stats")"; return 1; }
 	for phase in pause stage_write durable; do
 		grep -q "\"$phase\"" "$w/stats" || { fail "no $phase in $(cat "$w/stats")"; return 1; }
@@ -53,7 +57,7 @@ test_stage_falls_back() {
 	local w="$TMP/st2" pid root="$TMP/st2-stage"
 	mount_stage "$root" 1m || return 1
 	start_workload "$w" || return 1
-	STASIS_STAGE_DIR=$root "$STASIS" checkpoint "$pid" -D "$w/a" --leave-running --json \
+	STASIS_STAGE_DIR=$root "$STASIS" checkpoint "$pid" -D "$w/a" --leave-running --stage --json \
 		>"$w/stats" || return 1
 	grep -q '"staged":false' "$w/stats" || { fail "staged: $(cat "$w/stats")"; return 1; }
 	grep -q '"not_staged_because":"not enough room in the staging folder"' "$w/stats" ||
@@ -73,7 +77,7 @@ test_stage_killed_while_writing() {
 	mount_stage "$root" 512m || return 1
 	start_workload "$w" || return 1
 	STASIS_STAGE_DIR=$root STASIS_FAULT=stage-slow "$STASIS" checkpoint "$pid" -D "$w/img" \
-		--leave-running &
+		--leave-running --stage &
 	cp=$!
 	wait_runs_again "$w" || return 1
 	kill -9 "$cp"
@@ -84,7 +88,7 @@ test_stage_killed_while_writing() {
 	wait_counter "$w" $((at + 10)) || { fail "workload stopped"; return 1; }
 	expect_error "an incomplete one" "$STASIS" restore -D "$w/img" || return 1
 	[ -n "$(stages_in "$root")" ] || { fail "no staging folder to sweep"; return 1; }
-	STASIS_STAGE_DIR=$root "$STASIS" checkpoint "$pid" -D "$w/img2" --leave-running || return 1
+	STASIS_STAGE_DIR=$root "$STASIS" checkpoint "$pid" -D "$w/img2" --leave-running --stage || return 1
 	[ -z "$(stages_in "$root")" ] || { fail "not swept: $(stages_in "$root")"; return 1; }
 	kill -TERM "$pid"
 	reap "$pid"
@@ -97,7 +101,7 @@ test_stage_interrupted_while_writing() {
 	mount_stage "$root" 512m || return 1
 	start_workload "$w" || return 1
 	STASIS_STAGE_DIR=$root STASIS_FAULT=stage-slow "$STASIS" checkpoint "$pid" -D "$w/img" \
-		--leave-running 2>"$w/err" &
+		--leave-running --stage 2>"$w/err" &
 	cp=$!
 	wait_runs_again "$w" || return 1
 	kill -TERM "$cp"
@@ -108,6 +112,26 @@ test_stage_interrupted_while_writing() {
 	[ -z "$(find "$w/img" -name '*.img' 2>/dev/null)" ] && [ ! -e "$w/img/manifest.json" ] ||
 		{ fail "image kept: $(ls -R "$w/img")"; return 1; }
 	[ -z "$(stages_in "$root")" ] || { fail "staging folder left"; return 1; }
+	local at
+	at=$(counter "$w")
+	wait_counter "$w" $((at + 10)) || { fail "workload stopped"; return 1; }
+	kill -TERM "$pid"
+	reap "$pid"
+}
+
+# Unstaged, the image is hashed, flushed and sealed once the tree runs
+# again (STASIS_FAULT=seal-slow holds the seal back): a SIGKILL then leaves
+# the tree running and an image refused as incomplete.
+test_leave_running_killed_while_sealing() {
+	local w="$TMP/st5" pid cp
+	start_workload "$w" || return 1
+	STASIS_FAULT=seal-slow "$STASIS" checkpoint "$pid" -D "$w/img" --leave-running --no-stage &
+	cp=$!
+	wait_runs_again "$w" || return 1
+	kill -9 "$cp"
+	reap "$cp"
+	[ ! -e "$w/img/manifest.json" ] || { fail "an image cut short has a manifest"; return 1; }
+	expect_error "an incomplete one" "$STASIS" restore -D "$w/img" || return 1
 	local at
 	at=$(counter "$w")
 	wait_counter "$w" $((at + 10)) || { fail "workload stopped"; return 1; }

@@ -32,6 +32,16 @@ static void host_memory_numbers(void **state)
 	stasis_error_free(err);
 }
 
+/* vm.dirty_bytes wins over vm.dirty_ratio, as in the kernel. */
+static void dirty_limit_numbers(void **state)
+{
+	(void)state;
+	assert_int_equal(preflight_dirty_limit(0, 20, 100 * GIB), 20 * GIB);
+	assert_int_equal(preflight_dirty_limit(3 * GIB, 20, 100 * GIB), 3 * GIB);
+	assert_int_equal(preflight_dirty_limit(0, 0, 100 * GIB), 0);
+	assert_int_equal(preflight_dirty_limit(0, 40, 0), 0);
+}
+
 /* Without CUDA processes there is nothing to check. */
 static void no_cuda_no_refusal(void **state)
 {
@@ -57,6 +67,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(host_memory_numbers),
+	    cmocka_unit_test(dirty_limit_numbers),
 	    cmocka_unit_test(no_cuda_no_refusal),
 	};
 

@@ -67,8 +67,8 @@ static struct {
 } post_dump;
 
 /* The tree is still frozen here. Only once the image is on disk may CRIU
- * kill it; a non-zero answer makes CRIU resume the tree instead. A staged
- * image (leave_running) is sealed by the orchestration once the tree runs. */
+ * kill it; a non-zero answer makes CRIU resume the tree instead. With
+ * leave_running the orchestration seals the image once the tree runs. */
 static int on_dump_notify(const char *action)
 {
 	if (strcmp(action, "post-dump") != 0)
@@ -103,7 +103,7 @@ static int tree_dump(struct target *t, struct manifest *m, struct stasis_error *
 	};
 	int r;
 
-	post_dump.dir = t->stage[0] ? NULL : t->dir;
+	post_dump.dir = checkpoint_seals_after_resume(o) ? NULL : t->dir;
 	post_dump.m = m;
 	post_dump.err = err;
 	post_dump.result = 0;
