@@ -96,7 +96,7 @@ static int checkpoint_write_manifest(const char *dir, struct manifest *m, struct
 }
 
 int checkpoint_seal_image(const char *dir, struct manifest *m, struct image_follower *follower,
-			  bool durable_first, struct stasis_error **err)
+			  struct stasis_error **err)
 {
 	uint64_t start = now_usec();
 	int r;
@@ -108,14 +108,14 @@ int checkpoint_seal_image(const char *dir, struct manifest *m, struct image_foll
 	r = image_checksum(dir, m, follower, err);
 	manifest_add_phase(m, "checksum", now_usec() - start);
 	progress_end();
-	if (r == 0 && durable_first)
+	if (r == 0)
 		r = image_sync(dir, m, err);
 	return r < 0 ? r : checkpoint_write_manifest(dir, m, err);
 }
 
 bool checkpoint_seals_after_resume(const struct stasis_checkpoint_options *o)
 {
-	return o->leave_running && !o->compress;
+	return o->leave_running;
 }
 
 /* A staged image goes to its folder once the workload runs again; it is
@@ -299,7 +299,7 @@ static int seal_while_held(void *ctx)
 {
 	struct held_seal *h = ctx;
 
-	return checkpoint_seal_image(h->dir, h->m, h->follower, true, h->err);
+	return checkpoint_seal_image(h->dir, h->m, h->follower, h->err);
 }
 
 /* The target's dump, with the GPU steps around it and the image sealed
@@ -318,7 +318,7 @@ static int checkpoint_dump(struct target *t, struct manifest *m, struct gpu_batc
 
 	if (t->stage[0])
 		r = image_stage_start(t->stage, t->dir, &stager, err);
-	else if (seal_after)
+	else if (seal_after && !t->checkpoint->compress)
 		image_follow_start(t->dir, &follower, NULL);
 	if (r < 0) {
 		gpu_rollback(batch, err);
@@ -332,7 +332,7 @@ static int checkpoint_dump(struct target *t, struct manifest *m, struct gpu_batc
 	if (r == 0 && stager)
 		r = checkpoint_seal_staged(t, m, stager, err);
 	else if (r == 0 && seal_after && !held) {
-		r = checkpoint_seal_image(t->dir, m, follower, true, err);
+		r = checkpoint_seal_image(t->dir, m, follower, err);
 		if (r < 0 && !leave_running)
 			recover_from_image(t, m, err);
 	}

@@ -41,17 +41,16 @@ int checkpoint_pack_finish(struct image_packer *packer, struct manifest *m,
 			   struct stasis_error **err);
 
 /* Checksum every image file into m (with what follower, which may be NULL,
- * hashed during the dump), with durable_first flush them to disk, then
- * write the manifest: the image is complete from here on. Records the
- * "checksum" phase. durable_first wherever the flush costs no wait: a
- * manifest then always names an image on disk, and a workload killed
- * next never goes before its image is there. */
+ * hashed during the dump), flush them to disk, then write the manifest:
+ * the image is complete from here on, and a manifest always names an image
+ * on disk. Records the "checksum" and "sync" phases. */
 int checkpoint_seal_image(const char *dir, struct manifest *m, struct image_follower *follower,
-			  bool durable_first, struct stasis_error **err);
+			  struct stasis_error **err);
 
-/* With --leave-running (and no --compress, which finishes its images
- * inside the dump), the image is hashed to its end, flushed and sealed
- * once the workload runs again, not while it waits. */
+/* With --leave-running the image is hashed to its end, flushed and sealed
+ * once the workload runs again, not while it waits (--compress still
+ * finishes its compression inside the dump: CRIU's pipes hold references
+ * to the workload's own pages until they are read). */
 bool checkpoint_seals_after_resume(const struct stasis_checkpoint_options *o);
 
 /* EINTR naming step when SIGINT or SIGTERM arrived (fault simulates one). */

@@ -119,22 +119,25 @@ test_stage_interrupted_while_writing() {
 	reap "$pid"
 }
 
-# Unstaged, the image is hashed, flushed and sealed once the tree runs
-# again (STASIS_FAULT=seal-slow holds the seal back): a SIGKILL then leaves
-# the tree running and an image refused as incomplete.
+# Unstaged or compressed, the image is hashed, flushed and sealed once the
+# tree runs again (STASIS_FAULT=seal-slow holds the seal back): a SIGKILL
+# then leaves the tree running and an image refused as incomplete.
 test_leave_running_killed_while_sealing() {
-	local w="$TMP/st5" pid cp
+	local w="$TMP/st5" pid cp opt
 	start_workload "$w" || return 1
-	STASIS_FAULT=seal-slow "$STASIS" checkpoint "$pid" -D "$w/img" --leave-running --no-stage &
-	cp=$!
-	wait_runs_again "$w" || return 1
-	kill -9 "$cp"
-	reap "$cp"
-	[ ! -e "$w/img/manifest.json" ] || { fail "an image cut short has a manifest"; return 1; }
-	expect_error "an incomplete one" "$STASIS" restore -D "$w/img" || return 1
-	local at
-	at=$(counter "$w")
-	wait_counter "$w" $((at + 10)) || { fail "workload stopped"; return 1; }
+	for opt in --no-stage --compress; do
+		rm -rf "$w/img"
+		STASIS_FAULT=seal-slow "$STASIS" checkpoint "$pid" -D "$w/img" --leave-running $opt &
+		cp=$!
+		wait_runs_again "$w" || { fail "with $opt"; return 1; }
+		kill -9 "$cp"
+		reap "$cp"
+		[ ! -e "$w/img/manifest.json" ] || { fail "$opt: an image cut short has a manifest"; return 1; }
+		expect_error "an incomplete one" "$STASIS" restore -D "$w/img" || return 1
+		local at
+		at=$(counter "$w")
+		wait_counter "$w" $((at + 10)) || { fail "$opt: workload stopped"; return 1; }
+	done
 	kill -TERM "$pid"
 	reap "$pid"
 }

@@ -68,24 +68,25 @@ static struct {
 
 /* The tree is still frozen here. Only once the image is on disk may CRIU
  * kill it; a non-zero answer makes CRIU resume the tree instead. With
- * leave_running the orchestration seals the image once the tree runs. */
+ * leave_running the orchestration seals the image once the tree runs;
+ * only the compression ends here, as CRIU's pipes hold references to the
+ * tree's own pages until they are read. */
 static int on_dump_notify(const char *action)
 {
 	if (strcmp(action, "post-dump") != 0)
 		return 0;
 	manifest_add_phase(post_dump.m, "criu_dump", now_usec() - post_dump.dump_start);
 	progress_end();
-	if (!post_dump.dir)
+	if (!post_dump.dir && !post_dump.packer)
 		return 0;
 	post_dump.result = checkpoint_check_interrupted("sigterm-before-manifest",
 							"writing the manifest", post_dump.err);
 	if (post_dump.result == 0)
 		post_dump.result =
 		    checkpoint_pack_finish(post_dump.packer, post_dump.m, post_dump.err);
-	if (post_dump.result == 0)
-		post_dump.result =
-		    checkpoint_seal_image(post_dump.dir, post_dump.m, post_dump.follower,
-					  !post_dump.m->options.leave_running, post_dump.err);
+	if (post_dump.result == 0 && post_dump.dir)
+		post_dump.result = checkpoint_seal_image(post_dump.dir, post_dump.m,
+							 post_dump.follower, post_dump.err);
 	return post_dump.result < 0 ? 1 : 0;
 }
 
