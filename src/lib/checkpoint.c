@@ -113,11 +113,6 @@ int checkpoint_seal_image(const char *dir, struct manifest *m, struct image_foll
 	return r < 0 ? r : checkpoint_write_manifest(dir, m, err);
 }
 
-bool checkpoint_seals_after_resume(const struct stasis_checkpoint_options *o)
-{
-	return o->leave_running;
-}
-
 /* A staged image goes to its folder once the workload runs again; it is
  * complete, with its manifest, only once its pages are on disk. */
 static int checkpoint_seal_staged(struct target *t, struct manifest *m, struct image_stager *stager,
@@ -309,7 +304,9 @@ static int checkpoint_dump(struct target *t, struct manifest *m, struct gpu_batc
 			   uint64_t pause_start, struct stasis_error **err)
 {
 	bool leave_running = t->checkpoint->leave_running;
-	bool seal_after = !t->ops->seals_in_dump || checkpoint_seals_after_resume(t->checkpoint);
+	/* With --leave-running the seal waits for nothing the workload does, so
+	 * it comes once the workload runs again, not while it waits. */
+	bool seal_after = !t->ops->seals_in_dump || leave_running;
 	bool held = !leave_running && seal_after && t->ops->dump_held;
 	struct image_follower *follower = NULL;
 	struct image_stager *stager = NULL;

@@ -25,7 +25,7 @@ struct stasis_checkpoint_options {
 	unsigned int lock_timeout_ms;
 	bool thp_always; /* transparent huge pages "always" meanwhile (thp.h) */
 	bool compress;	 /* zstd the pages images (image-pack.c) */
-	bool no_stage;	 /* with leave_running, write the image while the workload waits */
+	bool no_stage;	 /* with leave_running, never stage the image in memory */
 	bool stage;	 /* with leave_running, stage even what the page cache would take */
 };
 

@@ -10,8 +10,6 @@
 #include "image.h"
 #include "manifest.h"
 
-struct stasis_checkpoint_options;
-
 /* PID names a live process that is not stasis or its parent, and leads
  * its session unless shell_job: what CRIU's dump of a tree needs. */
 int checkpoint_preflight_tree(pid_t pid, bool shell_job, struct stasis_error **err);
@@ -46,12 +44,6 @@ int checkpoint_pack_finish(struct image_packer *packer, struct manifest *m,
  * on disk. Records the "checksum" and "sync" phases. */
 int checkpoint_seal_image(const char *dir, struct manifest *m, struct image_follower *follower,
 			  struct stasis_error **err);
-
-/* With --leave-running the image is hashed to its end, flushed and sealed
- * once the workload runs again, not while it waits (--compress still
- * finishes its compression inside the dump: CRIU's pipes hold references
- * to the workload's own pages until they are read). */
-bool checkpoint_seals_after_resume(const struct stasis_checkpoint_options *o);
 
 /* EINTR naming step when SIGINT or SIGTERM arrived (fault simulates one). */
 int checkpoint_check_interrupted(const char *fault, const char *step, struct stasis_error **err);

@@ -104,7 +104,7 @@ static int tree_dump(struct target *t, struct manifest *m, struct stasis_error *
 	};
 	int r;
 
-	post_dump.dir = checkpoint_seals_after_resume(o) ? NULL : t->dir;
+	post_dump.dir = o->leave_running ? NULL : t->dir;
 	post_dump.m = m;
 	post_dump.err = err;
 	post_dump.result = 0;
