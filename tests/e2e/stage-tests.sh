@@ -123,11 +123,13 @@ test_stage_interrupted_while_writing() {
 # tree runs again (STASIS_FAULT=seal-slow holds the seal back): a SIGKILL
 # then leaves the tree running and an image refused as incomplete.
 test_leave_running_killed_while_sealing() {
-	local w="$TMP/st5" pid cp opt
+	local w="$TMP/st5" pid cp opt root="$TMP/st5-stage"
+	mount_stage "$root" 2g || return 1 # --compress wants 1 GiB free
 	start_workload "$w" || return 1
 	for opt in --no-stage --compress; do
 		rm -rf "$w/img"
-		STASIS_FAULT=seal-slow "$STASIS" checkpoint "$pid" -D "$w/img" --leave-running $opt &
+		STASIS_STAGE_DIR=$root STASIS_FAULT=seal-slow "$STASIS" checkpoint "$pid" -D "$w/img" \
+			--leave-running $opt &
 		cp=$!
 		wait_runs_again "$w" || { fail "with $opt"; return 1; }
 		kill -9 "$cp"
@@ -138,6 +140,10 @@ test_leave_running_killed_while_sealing() {
 		at=$(counter "$w")
 		wait_counter "$w" $((at + 10)) || { fail "$opt: workload stopped"; return 1; }
 	done
+	# The dead runs' lock stops nothing, and their staging folders are swept.
+	STASIS_STAGE_DIR=$root "$STASIS" checkpoint "$pid" -D "$w/next" --leave-running ||
+		{ fail "the next checkpoint was refused"; return 1; }
+	[ -z "$(ls -A "$root")" ] || { fail "left in the staging root: $(ls "$root")"; return 1; }
 	kill -TERM "$pid"
 	reap "$pid"
 }

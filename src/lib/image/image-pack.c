@@ -27,6 +27,7 @@
 #include "image-hash.h"
 #include "image-pack.h"
 #include "image-pipe.h"
+#include "image-stage.h"
 #include "image.h"
 #include "util.h"
 
@@ -506,12 +507,12 @@ static void *flush_thread(void *arg)
 static int make_stage(struct image_packer *p, const char *dir)
 {
 	char out[PATH_MAX];
+	/* Named after this run, so that the next checkpoint sweeps it away if
+	 * this run is killed. */
+	int r = image_stage_make(p->stage, NULL);
 
-	snprintf(p->stage, sizeof(p->stage), "%s/stasis-dump-XXXXXX", image_stage_root());
-	if (!mkdtemp(p->stage)) {
-		p->stage[0] = '\0';
-		return -errno;
-	}
+	if (r < 0)
+		return r;
 	snprintf(out, sizeof(out), "%s/%s", dir, IMAGE_CRIU_SUBDIR);
 	p->stagefd = open(p->stage, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	p->outfd = open(out, O_RDONLY | O_DIRECTORY | O_CLOEXEC);

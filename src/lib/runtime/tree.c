@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include "criu-rpc.h"
 #include "fault.h"
@@ -16,6 +17,8 @@
 #include "steps.h"
 #include "target.h"
 #include "util.h"
+
+#define TREE_GONE_WAIT_MS 5000
 
 int checkpoint_preflight_tree(pid_t pid, bool shell_job, struct stasis_error **err)
 {
@@ -220,6 +223,29 @@ static int image_cause(struct image_verifier *v, int r, struct stasis_error **er
 	return r;
 }
 
+/* The processes of a tree whose restore failed have their SIGKILL but
+ * may still be tearing down their memory, and the root, restored as
+ * stasis's child, waits to be reaped: a failed restore returns only once
+ * none of them runs (bounded: a PID taken again meanwhile is not ours). */
+static void tree_wait_gone(const struct manifest *m)
+{
+	pid_t root = manifest_root(m)->pid;
+
+	for (int waited = 0; waited < TREE_GONE_WAIT_MS; waited += 10) {
+		bool running = false;
+
+		waitpid(root, NULL, WNOHANG);
+		for (size_t i = 0; i < m->nprocs && !running; i++) {
+			char state = proc_state(m->procs[i].pid);
+
+			running = state && state != 'Z' && state != 'X';
+		}
+		if (!running)
+			return;
+		usleep(10000);
+	}
+}
+
 static int tree_restore(struct target *t, struct manifest *m, struct image_verifier *verifier,
 			pid_t *root, struct stasis_error **err)
 {
@@ -252,20 +278,23 @@ static int tree_restore(struct target *t, struct manifest *m, struct image_verif
 	image_verifier_record(verifier, m);
 	/* Before the GPU restore, which needs the memory. */
 	image_verifier_unstage(verifier);
+	if (r < 0)
+		tree_wait_gone(m);
 	return r;
 }
 
-/* CRIU cleans up after its own failure; what is left to kill is a tree
- * whose GPU restore failed. */
+/* CRIU kills the tree after its own failure (tree_restore waits for it
+ * to be gone); what is left to kill is a tree whose GPU restore failed. */
 static void tree_destroy(struct target *t, struct manifest *m, pid_t root, bool restored,
 			 struct stasis_error **err)
 {
 	if (!restored)
 		return;
+	(void)t;
+	(void)root;
 	for (size_t i = 0; i < m->nprocs; i++)
 		kill(m->procs[i].pid, SIGKILL);
-	if (!t->restore->detach && root > 0)
-		waitpid(root, NULL, 0);
+	tree_wait_gone(m);
 	stasis_error_wrap(err, "GPU restore failed");
 	stasis_error_hint(err, "the half-restored tree was killed; the image is intact, restore "
 			       "again once the cause is fixed");
