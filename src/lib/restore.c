@@ -17,6 +17,7 @@
 #include "gpu.h"
 #include "gpumap.h"
 #include "image.h"
+#include "image-stage.h"
 #include "lock.h"
 #include "nvml.h"
 #include "proc.h"
@@ -266,8 +267,10 @@ int stasis_restore(const struct stasis_restore_options *o, struct manifest *m, p
 
 	reserve_plugin_environment();
 	r = stasis_require_root(err);
-	if (r == 0)
+	if (r == 0) {
+		image_stage_sweep();
 		r = image_open_begin(o->dir, m, &verifier, err);
+	}
 	if (r < 0)
 		return r;
 	m->nphases = 0; /* from here on m carries this restore's timings */

@@ -63,8 +63,8 @@ static pid_t stage_owner(const char *name)
 	return *end == '-' && pid > 0 ? (pid_t)pid : 0;
 }
 
-/* What a killed owner left mounted below path (a FUSE folder that served
- * its pages, dead with it) is detached, so that the folder can go. */
+/* What a killed owner left mounted at or below path (a FUSE folder that
+ * served its pages, dead with it) is detached, so that the folder can go. */
 static void unmount_below(const char *path)
 {
 	_cleanup_fclose_ FILE *f = fopen("/proc/self/mountinfo", "re");
@@ -73,15 +73,20 @@ static void unmount_below(const char *path)
 
 	while (f && fgets(line, sizeof(line), f))
 		if (sscanf(line, "%*s %*s %*s %*s %4096s", point) == 1 &&
-		    strncmp(point, path, len) == 0 && point[len] == '/')
+		    strncmp(point, path, len) == 0 && (point[len] == '/' || point[len] == '\0'))
 			umount2(point, MNT_DETACH);
 }
 
 void image_stage_sweep(void)
 {
-	const char *root = image_stage_root();
-	DIR *d = opendir(root);
+	char root[PATH_MAX];
+	DIR *d;
 	struct dirent *de;
+
+	/* Resolved, as mount points are listed. */
+	if (!realpath(image_stage_root(), root))
+		return;
+	d = opendir(root);
 
 	while (d && (de = readdir(d))) {
 		pid_t owner = stage_owner(de->d_name);

@@ -18,6 +18,7 @@
 #include "fault.h"
 #include "image-pack.h"
 #include "image-serve.h"
+#include "image-stage.h"
 #include "image-unpack.h"
 #include "preflight.h"
 #include "progress.h"
@@ -307,11 +308,10 @@ static int stage_served(struct image_verifier *v, int stagefd)
 
 	if (fault_at("serve", 0))
 		return -EPERM;
-	snprintf(v->mnt, sizeof(v->mnt), "%s/stasis-serve-XXXXXX", image_stage_root());
-	if (!mkdtemp(v->mnt)) {
-		v->mnt[0] = '\0';
-		return -errno;
-	}
+	/* Named after this run, as the staging folder: swept if it is killed. */
+	r = image_stage_make(v->mnt, NULL);
+	if (r < 0)
+		return r;
 	r = map_pages(v, stagefd, true);
 	if (r == 0)
 		r = image_serve_start(v->mnt, v->served, v->nserved, &v->server);
@@ -355,11 +355,7 @@ static int make_stage(struct image_verifier *v, struct stasis_error **err)
 	v->slot = calloc(n, sizeof(*v->slot));
 	if (!v->maps || !v->served || !v->slot)
 		return stasis_error_errno(err, ENOMEM, "out of memory");
-	snprintf(v->stage, sizeof(v->stage), "%s/stasis-restore-XXXXXX", image_stage_root());
-	if (!mkdtemp(v->stage)) {
-		r = -errno;
-		v->stage[0] = '\0';
-	}
+	r = image_stage_make(v->stage, NULL);
 	if (r == 0 && ((stagefd = open(v->stage, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0 ||
 		       !realpath(v->dir, abs)))
 		r = -errno;

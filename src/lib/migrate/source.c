@@ -23,6 +23,7 @@
 #include "fault.h"
 #include "image-pack.h"
 #include "image-pipe.h"
+#include "image-stage.h"
 #include "image.h"
 #include "lock.h"
 #include "message.h"
@@ -236,11 +237,7 @@ static int make_stage(size_t nprocs, struct stasis_error **err)
 {
 	int r = 0;
 
-	snprintf(mig.stage, sizeof(mig.stage), "%s/stasis-migrate-XXXXXX", image_stage_root());
-	if (!mkdtemp(mig.stage)) {
-		r = -errno;
-		mig.stage[0] = '\0';
-	}
+	r = image_stage_make(mig.stage, NULL);
 	if (r == 0 && (mig.stagefd = open(mig.stage, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
 		r = -errno;
 	mig.t->dir = mig.stage;

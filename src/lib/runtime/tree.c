@@ -200,6 +200,9 @@ static int on_restore_notify(const char *action)
 
 	if (strcmp(action, "post-restore") != 0)
 		return 0;
+	/* Test-only: time to kill stasis while CRIU waits for it. */
+	if (fault_at("restore-slow", 0))
+		sleep(30);
 	start = now_usec();
 	post_restore.result = image_verify_wait(post_restore.verifier, post_restore.err);
 	manifest_add_phase(post_restore.m, "verify_wait", now_usec() - start);
