@@ -271,41 +271,54 @@ static uint64_t read_sysctl(const char *path, uint64_t otherwise)
 	return text ? strtoull(text, NULL, 10) : otherwise;
 }
 
-/* Whether CRIU's writes of the image stay below the dirty limit. The
- * driver's copy of the GPU state takes its share of the memory first. */
-static bool page_cache_takes(const struct image_estimate *e)
+const char *preflight_stage_decide(const struct image_estimate *e, const struct stage_facts *f,
+				   bool forced)
 {
-	uint64_t available = preflight_mem_available();
-	uint64_t dirtyable = available > e->gpu ? available - e->gpu : 0;
-	uint64_t limit = preflight_dirty_limit(
-	    read_sysctl("/proc/sys/vm/dirty_bytes", 0),
-	    (unsigned int)read_sysctl("/proc/sys/vm/dirty_ratio", 20), dirtyable);
+	/* The driver's copy of the GPU state takes its share of the machine's
+	 * memory first; it is charged to the workload's cgroup, not stasis's. */
+	uint64_t dirtyable = f->available > e->gpu ? f->available - e->gpu : 0;
 
-	return e->total <= limit;
+	if (f->own_room < dirtyable)
+		dirtyable = f->own_room;
+	if (!forced && e->total <= preflight_dirty_limit(f->dirty_bytes, f->dirty_ratio, dirtyable))
+		return "the page cache takes the image below the dirty limit";
+	if (f->stage_room < e->total)
+		return "not enough room in the staging folder";
+	/* The GPU state sits in the processes' memory until the GPU restore,
+	 * beside the staged image. */
+	if (e->gpu + e->total + PREFLIGHT_HOST_RESERVE > f->available)
+		return "not enough free host memory to hold the image";
+	/* tmpfs pages cannot be reclaimed: past its limit, stasis's cgroup
+	 * would kill CRIU or stasis in the middle of the dump. */
+	if (e->total + PREFLIGHT_HOST_RESERVE > f->own_room)
+		return "not enough room under the memory limit of stasis's cgroup";
+	return NULL;
 }
 
 const char *preflight_stage(const struct manifest *m, const char *dir, const char *stage_root,
 			    bool forced)
 {
+	char cgroup[PATH_MAX], limited_by[PATH_MAX + 16];
 	struct image_estimate e;
+	struct stage_facts f;
 	struct statfs dir_fs, stage_fs;
 	struct statvfs stage_vfs;
 
 	if (statfs(dir, &dir_fs) < 0 || dir_fs.f_type == TMPFS_MAGIC)
 		return "the image folder is in memory already";
-	preflight_image_estimate(m, &e);
-	if (!forced && page_cache_takes(&e))
-		return "the page cache takes the image below the dirty limit";
 	if (statfs(stage_root, &stage_fs) < 0 || statvfs(stage_root, &stage_vfs) < 0 ||
 	    access(stage_root, W_OK) < 0)
 		return "no writable staging folder";
 	if (stage_fs.f_type != TMPFS_MAGIC)
 		return "the staging folder is not in memory (tmpfs)";
-	if ((uint64_t)stage_vfs.f_bavail * stage_vfs.f_frsize < e.total)
-		return "not enough room in the staging folder";
-	/* The GPU state sits in the processes' memory until the GPU restore,
-	 * beside the staged image. */
-	if (e.gpu + e.total + PREFLIGHT_HOST_RESERVE > preflight_mem_available())
-		return "not enough free host memory to hold the image";
-	return NULL;
+	preflight_image_estimate(m, &e);
+	f.available = preflight_mem_available();
+	/* CRIU runs in stasis's cgroup: its writes are charged there. */
+	proc_cgroup(getpid(), cgroup, sizeof(cgroup));
+	f.own_room =
+	    cgroup[0] ? cgroup_headroom(cgroup, limited_by, sizeof(limited_by)) : UINT64_MAX;
+	f.dirty_bytes = read_sysctl("/proc/sys/vm/dirty_bytes", 0);
+	f.dirty_ratio = (unsigned int)read_sysctl("/proc/sys/vm/dirty_ratio", 20);
+	f.stage_room = (uint64_t)stage_vfs.f_bavail * stage_vfs.f_frsize;
+	return preflight_stage_decide(&e, &f, forced);
 }

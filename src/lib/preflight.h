@@ -47,10 +47,23 @@ int preflight_image_room(const struct manifest *m, const char *dir, bool compres
  * dirtyable memory (approximated by available memory). */
 uint64_t preflight_dirty_limit(uint64_t dirty_bytes, unsigned int dirty_ratio, uint64_t dirtyable);
 
-/* Whether a --leave-running checkpoint into dir is staged in memory under
- * stage_root (image-stage.h): NULL if so, else why not. Unless forced, an
+/* What decides whether a --leave-running image is staged in memory. */
+struct stage_facts {
+	uint64_t available;	  /* MemAvailable */
+	uint64_t own_room;	  /* under stasis's cgroup's memory limits, or UINT64_MAX */
+	uint64_t dirty_bytes;	  /* vm.dirty_bytes */
+	unsigned int dirty_ratio; /* vm.dirty_ratio */
+	uint64_t stage_room;	  /* free in the staging folder */
+};
+
+/* NULL where an image of e is staged, else why not. Unless forced, an
  * image the page cache takes below the dirty limit is not staged: CRIU
  * writes it as fast as into tmpfs, and the disk starts on it at once. */
+const char *preflight_stage_decide(const struct image_estimate *e, const struct stage_facts *f,
+				   bool forced);
+
+/* The same for a --leave-running checkpoint of m into dir, staged under
+ * stage_root (image-stage.h), with the facts read from the machine. */
 const char *preflight_stage(const struct manifest *m, const char *dir, const char *stage_root,
 			    bool forced);
 

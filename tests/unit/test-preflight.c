@@ -42,6 +42,42 @@ static void dirty_limit_numbers(void **state)
 	assert_int_equal(preflight_dirty_limit(0, 40, 0), 0);
 }
 
+/* Where a --leave-running image goes, by the numbers of a 128 GiB machine
+ * and of a stasis confined to a small cgroup. */
+static void stage_decisions(void **state)
+{
+	struct image_estimate w1 = {.gpu = 16 * GIB, .host = GIB, .total = 18 * GIB};
+	struct image_estimate big = {.gpu = 40 * GIB, .host = GIB, .total = 43 * GIB};
+	struct stage_facts f = {.available = 120 * GIB,
+				.own_room = UINT64_MAX,
+				.dirty_ratio = 20,
+				.stage_room = 60 * GIB};
+	const char *page_cache = "the page cache takes the image below the dirty limit";
+
+	(void)state;
+	/* 20% of 104 GiB is 20.8 GiB: the page cache takes 18 GiB. */
+	assert_string_equal(preflight_stage_decide(&w1, &f, false), page_cache);
+	assert_null(preflight_stage_decide(&w1, &f, true));
+	/* 20% of 80 GiB is 16 GiB: 43 GiB is staged, with room for it. */
+	assert_null(preflight_stage_decide(&big, &f, false));
+	f.stage_room = 40 * GIB;
+	assert_string_equal(preflight_stage_decide(&big, &f, false),
+			    "not enough room in the staging folder");
+	f.stage_room = 60 * GIB;
+	f.available = 80 * GIB;
+	assert_string_equal(preflight_stage_decide(&big, &f, false),
+			    "not enough free host memory to hold the image");
+	/* stasis in a cgroup with 8 GiB left: its page cache is held to the disk
+	 * sooner, and tmpfs there would get CRIU killed. */
+	f.available = 120 * GIB;
+	f.own_room = 8 * GIB;
+	assert_string_equal(preflight_stage_decide(&w1, &f, true),
+			    "not enough room under the memory limit of stasis's cgroup");
+	f.own_room = 200 * GIB;
+	f.dirty_bytes = 1 * GIB;
+	assert_null(preflight_stage_decide(&w1, &f, false));
+}
+
 /* Without CUDA processes there is nothing to check. */
 static void no_cuda_no_refusal(void **state)
 {
@@ -68,6 +104,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(host_memory_numbers),
 	    cmocka_unit_test(dirty_limit_numbers),
+	    cmocka_unit_test(stage_decisions),
 	    cmocka_unit_test(no_cuda_no_refusal),
 	};
 
