@@ -332,6 +332,9 @@ static int checkpoint_dump(struct target *t, struct manifest *m, struct gpu_batc
 		r = checkpoint_seal_image(t->dir, m, follower, err);
 		if (r < 0 && !leave_running)
 			recover_from_image(t, m, err);
+		else if (r < 0)
+			stasis_error_hint(err, "the workload runs on; no image was kept in %s",
+					  t->dir);
 	}
 	image_follow_free(follower);
 	image_stage_free(stager);
