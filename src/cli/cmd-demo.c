@@ -24,11 +24,9 @@
 static unsigned long long read_counter(const char *work)
 {
 	char path[4096];
-	_cleanup_free_ char *text = NULL;
 
 	snprintf(path, sizeof(path), "%s/state", work);
-	text = read_file_str(path, NULL);
-	return text ? strtoull(text, NULL, 10) : 0;
+	return read_file_u64(path, 0);
 }
 
 static bool wait_counter(const char *work, unsigned long long target)

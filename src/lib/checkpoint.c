@@ -125,11 +125,7 @@ static int checkpoint_seal_staged(struct target *t, struct manifest *m, struct i
 	r = image_stage_commit(stager, m, err);
 	manifest_add_phase(m, "stage_write", now_usec() - start);
 	progress_end();
-	if (r == 0)
-		r = checkpoint_write_manifest(t->dir, m, err);
-	if (r < 0)
-		stasis_error_hint(err, "the workload runs on; no image was kept in %s", t->dir);
-	return r;
+	return r < 0 ? r : checkpoint_write_manifest(t->dir, m, err);
 }
 
 /* With --leave-running, stage the image in memory where the preflight
@@ -326,15 +322,14 @@ static int checkpoint_dump(struct target *t, struct manifest *m, struct gpu_batc
 	r = checkpoint_dump_end(batch, m, leave_running, r, err);
 	if (r == 0 && leave_running)
 		manifest_add_phase(m, "pause", now_usec() - pause_start);
-	if (r == 0 && stager)
-		r = checkpoint_seal_staged(t, m, stager, err);
-	else if (r == 0 && seal_after && !held) {
-		r = checkpoint_seal_image(t->dir, m, follower, err);
-		if (r < 0 && !leave_running)
-			recover_from_image(t, m, err);
-		else if (r < 0)
+	if (r == 0 && (stager || (seal_after && !held))) {
+		r = stager ? checkpoint_seal_staged(t, m, stager, err)
+			   : checkpoint_seal_image(t->dir, m, follower, err);
+		if (r < 0 && leave_running)
 			stasis_error_hint(err, "the workload runs on; no image was kept in %s",
 					  t->dir);
+		else if (r < 0)
+			recover_from_image(t, m, err);
 	}
 	image_follow_free(follower);
 	image_stage_free(stager);
@@ -444,13 +439,7 @@ int stasis_checkpoint(const struct stasis_checkpoint_options *o, struct manifest
 	/* Errors name their step and process already. */
 	if (r < 0)
 		return r;
-	/* Durable before it is called done; the workload already runs again
-	 * (or is gone), so this costs no downtime. An image sealed or written
-	 * from its stage was flushed before its manifest already. */
-	if (!manifest_has_phase(m, "sync"))
-		r = image_sync(o->dir, m, err);
-	if (r < 0)
-		return r;
+	/* Durable here: every seal flushed the image before its manifest. */
 	manifest_add_phase(m, "durable", now_usec() - start);
 	manifest_add_phase(m, "total", now_usec() - start);
 	/* Rewrite the manifest so it carries the final timings too. */

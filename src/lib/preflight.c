@@ -43,13 +43,9 @@ uint64_t preflight_mem_available(void)
 static uint64_t read_u64(const char *dir, const char *name)
 {
 	char path[PATH_MAX + 32];
-	_cleanup_free_ char *text = NULL;
 
 	snprintf(path, sizeof(path), "/sys/fs/cgroup%s/%s", dir, name);
-	text = read_file_str(path, NULL);
-	if (!text || strncmp(text, "max", 3) == 0)
-		return UINT64_MAX;
-	return strtoull(text, NULL, 10);
+	return read_file_u64(path, UINT64_MAX);
 }
 
 /* The room left under memory.max in cgroup and every ancestor. */
@@ -264,13 +260,6 @@ uint64_t preflight_dirty_limit(uint64_t dirty_bytes, unsigned int dirty_ratio, u
 	return dirtyable / 100 * dirty_ratio;
 }
 
-static uint64_t read_sysctl(const char *path, uint64_t otherwise)
-{
-	_cleanup_free_ char *text = read_file_str(path, NULL);
-
-	return text ? strtoull(text, NULL, 10) : otherwise;
-}
-
 const char *preflight_stage_decide(const struct image_estimate *e, const struct stage_facts *f,
 				   bool forced)
 {
@@ -317,8 +306,8 @@ const char *preflight_stage(const struct manifest *m, const char *dir, const cha
 	proc_cgroup(getpid(), cgroup, sizeof(cgroup));
 	f.own_room =
 	    cgroup[0] ? cgroup_headroom(cgroup, limited_by, sizeof(limited_by)) : UINT64_MAX;
-	f.dirty_bytes = read_sysctl("/proc/sys/vm/dirty_bytes", 0);
-	f.dirty_ratio = (unsigned int)read_sysctl("/proc/sys/vm/dirty_ratio", 20);
+	f.dirty_bytes = read_file_u64("/proc/sys/vm/dirty_bytes", 0);
+	f.dirty_ratio = (unsigned int)read_file_u64("/proc/sys/vm/dirty_ratio", 20);
 	f.stage_room = (uint64_t)stage_vfs.f_bavail * stage_vfs.f_frsize;
 	return preflight_stage_decide(&e, &f, forced);
 }

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 #include "util.h"
 
+#include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -73,6 +74,13 @@ char *read_file_str(const char *path, size_t *len_out)
 	if (len_out)
 		*len_out = len;
 	return buf;
+}
+
+uint64_t read_file_u64(const char *path, uint64_t otherwise)
+{
+	_cleanup_free_ char *text = read_file_str(path, NULL);
+
+	return text && isdigit((unsigned char)text[0]) ? strtoull(text, NULL, 10) : otherwise;
 }
 
 int write_all(int fd, const void *buf, size_t len)

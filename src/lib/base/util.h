@@ -62,6 +62,10 @@ void deadline_in_usec(struct timespec *ts, uint64_t us);
 /* Read a whole small file (procfs, sysfs) into a NUL-terminated buffer. */
 char *read_file_str(const char *path, size_t *len_out);
 
+/* The number a small file starts with, or otherwise where it cannot be
+ * read or holds none (cgroup's "max"). */
+uint64_t read_file_u64(const char *path, uint64_t otherwise);
+
 /* Write all of buf, retrying on short writes and EINTR; -errno on failure. */
 int write_all(int fd, const void *buf, size_t len);
 

@@ -293,8 +293,6 @@ static void tree_destroy(struct target *t, struct manifest *m, pid_t root, bool 
 {
 	if (!restored)
 		return;
-	(void)t;
-	(void)root;
 	for (size_t i = 0; i < m->nprocs; i++)
 		kill(m->procs[i].pid, SIGKILL);
 	tree_wait_gone(m);
