@@ -22,21 +22,20 @@ int image_stage_make(char out[PATH_MAX], struct stasis_error **err);
  * they could clean up); they hold whole images in memory. */
 void image_stage_sweep(void);
 
-/* Writes a staged image to its folder: the pages images while CRIU still
- * dumps them (it only appends to them), the rest once it is done. */
+/* Writes a staged image to its folder once the workload runs again. */
 struct image_stager;
 
-/* Start copying the pages images that appear in stage to DIR/criu. */
+/* Open stage and DIR/criu for the commit; nothing is copied yet. */
 int image_stage_start(const char *stage, const char *dir, struct image_stager **out,
 		      struct stasis_error **err);
 
-/* Once CRIU is done: copy the rest of every staged file to DIR/criu,
+/* Once CRIU is done: copy every staged file to DIR/criu, several at once,
  * checksumming on the way into m's file list and freeing the staged bytes
  * as they are written; then flush DIR to disk. SIGINT/SIGTERM stop it
  * with EINTR. */
 int image_stage_commit(struct image_stager *s, struct manifest *m, struct stasis_error **err);
 
-/* Stop the copying (if still running) and free s; NULL is fine. */
+/* Free s; NULL is fine. */
 void image_stage_free(struct image_stager *s);
 
 /* Remove the staging folder; "" is left alone. */
