@@ -180,11 +180,14 @@ static void check_thp(struct report *rep)
 		item(rep, WARNING, "huge-pages", NULL, "transparent huge pages setting unreadable");
 	else if (strstr(thp, "[always]"))
 		item(rep, OK, "huge-pages", NULL, "transparent huge pages: always");
+	else if (strstr(thp, "[madvise]"))
+		item(rep, WARNING, "huge-pages", "checkpoint and restore with --thp",
+		     "transparent huge pages: madvise; --leave-running sets 'always' for its "
+		     "pause, other checkpoints and restores are slower without it");
 	else
 		item(rep, WARNING, "huge-pages", "checkpoint and restore with --thp",
-		     "transparent huge pages: %s; the driver's checkpoint into host memory is "
-		     "slower without 'always'",
-		     strstr(thp, "[madvise]") ? "madvise" : "never");
+		     "transparent huge pages: never; the driver's checkpoint into host memory is "
+		     "slower without 'always'");
 }
 
 int cmd_check(int argc, char **argv)

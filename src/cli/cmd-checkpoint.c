@@ -20,6 +20,7 @@ int cmd_checkpoint(int argc, char **argv)
 	    {"namespace", required_argument, NULL, 'N'},
 	    {"address", required_argument, NULL, 'A'},
 	    {"thp", no_argument, NULL, 'H'},
+	    {"no-thp", no_argument, NULL, 'x'},
 	    {"compress", no_argument, NULL, 'z'},
 	    {"no-stage", no_argument, NULL, 'S'},
 	    {"stage", no_argument, NULL, 'G'},
@@ -66,6 +67,9 @@ int cmd_checkpoint(int argc, char **argv)
 		case 'H':
 			o.thp_always = true;
 			break;
+		case 'x':
+			o.no_thp = true;
+			break;
 		case 'z':
 			o.compress = true;
 			break;
@@ -95,6 +99,8 @@ int cmd_checkpoint(int argc, char **argv)
 	if (o.stage && o.no_stage)
 		return cli_usage_error("checkpoint",
 				       "--stage and --no-stage contradict each other");
+	if (o.thp_always && o.no_thp)
+		return cli_usage_error("checkpoint", "--thp and --no-thp contradict each other");
 
 	progress_enable(cli_decorate(stats));
 	stasis_install_interrupt_handlers();

@@ -49,6 +49,10 @@ char *stasis_stats_json(const struct manifest *m)
 		if (m->unstaged_why)
 			json_object_object_add(root, "not_staged_because",
 					       json_object_new_string(m->unstaged_why));
+		json_object_object_add(root, "huge_pages", json_object_new_boolean(m->huge_pages));
+		if (m->no_huge_pages_why)
+			json_object_object_add(root, "no_huge_pages_because",
+					       json_object_new_string(m->no_huge_pages_why));
 	}
 	text = strdup(json_object_to_json_string_ext(root, JSON_C_TO_STRING_PLAIN));
 	json_object_put(root);

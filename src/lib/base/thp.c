@@ -144,3 +144,29 @@ void thp_always_end(void)
 	}
 	close(fd);
 }
+
+void thp_repair(void)
+{
+	/* Such a run has no registration: only a dead run's mode goes back. */
+	thp_always_end();
+}
+
+int thp_machine_mode(char *mode, size_t len)
+{
+	char dir[4096], path[4096];
+	_cleanup_free_ char *saved = NULL;
+	int fd = lock_registry(dir, sizeof(dir)), r = 0;
+
+	if (fd < 0)
+		return fd;
+	snprintf(path, sizeof(path), "%s/saved", dir);
+	saved = read_file_str(path, NULL);
+	if (saved)
+		saved[strcspn(saved, " \n")] = '\0';
+	if (saved && *saved && strlen(saved) < len)
+		snprintf(mode, len, "%s", saved);
+	else
+		r = read_mode(mode, len);
+	close(fd);
+	return r;
+}

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
-/* Opt-in (--thp): transparent huge pages set to "always" for the length of
- * one operation. The host memory that the driver fills at checkpoint and
+/* Transparent huge pages set to "always" for the length of one operation:
+ * with --thp, and for a --leave-running checkpoint where the machine leaves
+ * them to madvise(). The host memory that the driver fills at checkpoint and
  * that CRIU fills at restore is then faulted in 2 MiB at a time, which is
  * where those steps spend their time. A machine-wide setting, so it is put
  * back afterwards: overlapping stasis runs register under the runtime
@@ -9,12 +10,22 @@
 #ifndef STASIS_THP_H
 #define STASIS_THP_H
 
+#include <stddef.h>
+
 #include "error.h"
 
 /* The setting: $STASIS_THP_FILE or the kernel's sysfs file. */
 const char *thp_setting_path(void);
 
+/* The machine's own mode ("always", "madvise" or "never") into mode: the
+ * one a stasis run saved while it holds "always", else the setting's. */
+int thp_machine_mode(char *mode, size_t len);
+
 int thp_always_begin(struct stasis_error **err);
 void thp_always_end(void);
+
+/* For a run that does not set them: put back the mode a dead run left
+ * changed, unless a live one still holds "always". */
+void thp_repair(void);
 
 #endif
