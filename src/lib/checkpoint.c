@@ -322,6 +322,11 @@ static int checkpoint_dump(struct target *t, struct manifest *m, struct gpu_batc
 	r = checkpoint_dump_end(batch, m, leave_running, r, err);
 	if (r == 0 && leave_running)
 		manifest_add_phase(m, "pause", now_usec() - pause_start);
+	/* The workload runs again: its own allocations get the machine's mode. */
+	if (t->thp_for_pause) {
+		thp_always_end();
+		t->thp_for_pause = false;
+	}
 	if (r == 0 && (stager || (seal_after && !held))) {
 		r = stager ? checkpoint_seal_staged(t, m, stager, err)
 			   : checkpoint_seal_image(t->dir, m, follower, err);
@@ -416,9 +421,9 @@ static int checkpoint_target(struct target *t, struct manifest *m, struct gpu_ba
  * fresh host memory and CRIU's dump of it, both faulting pages in. With
  * huge pages the pause of a 16 GiB process took 0.59-0.76 of the time on
  * the GPU machine, which made it shorter than the reference's. So they are
- * on for it where the machine leaves them to madvise(), set and put back
- * as for --thp; not where its owner chose "never", nor with --no-thp.
- * Returns whether this run set them. */
+ * on for it where the machine leaves them to madvise(), set as for --thp
+ * and put back as soon as the workload runs again; not where its owner
+ * chose "never", nor with --no-thp. Returns whether this run set them. */
 static bool checkpoint_thp_for_pause(const struct stasis_checkpoint_options *o, struct manifest *m)
 {
 	char mode[32];
@@ -445,7 +450,6 @@ int stasis_checkpoint(const struct stasis_checkpoint_options *o, struct manifest
 	struct gpu_batch batch = {.lock_timeout_ms = o->lock_timeout_ms};
 	struct target t = {.dir = o->dir, .checkpoint = o};
 	uint64_t start = now_usec();
-	bool thp = o->thp_always;
 	int r;
 
 	if (!batch.lock_timeout_ms)
@@ -460,12 +464,12 @@ int stasis_checkpoint(const struct stasis_checkpoint_options *o, struct manifest
 		return r;
 	m->huge_pages = o->thp_always;
 	if (o->leave_running && !o->thp_always)
-		thp = checkpoint_thp_for_pause(o, m);
+		t.thp_for_pause = checkpoint_thp_for_pause(o, m);
 	image_stage_sweep();
 	r = checkpoint_target(&t, m, &batch, err);
 	image_stage_remove(t.stage);
 	gpu_batch_free(&batch);
-	if (thp)
+	if (o->thp_always || t.thp_for_pause)
 		thp_always_end();
 	/* Errors name their step and process already. */
 	if (r < 0)
