@@ -420,13 +420,14 @@ static int checkpoint_target(struct target *t, struct manifest *m, struct gpu_ba
 /* A --leave-running pause is mostly the driver's copy of GPU memory into
  * fresh host memory and CRIU's dump of it, both faulting pages in. With
  * huge pages the pause of a 16 GiB process took 0.67-0.72 of the time on
- * the GPU machine (medians of three runs), shorter than the reference's. So they are
- * on for it where the machine leaves them to madvise(), set as for --thp
- * and put back as soon as the workload runs again; not where its owner
- * chose "never", nor with --no-thp. Returns whether this run set them. */
+ * the GPU machine (medians of three runs), shorter than the reference's.
+ * So they are on for it where the machine leaves them to madvise(), set as
+ * for --thp and put back as soon as the workload runs again; not where its
+ * owner chose "never", nor with --no-thp. Returns whether this run set
+ * them. */
 static bool checkpoint_thp_for_pause(const struct stasis_checkpoint_options *o, struct manifest *m)
 {
-	char mode[32];
+	char mode[32] = "";
 
 	if (o->no_thp)
 		m->no_huge_pages_why = "--no-thp";
