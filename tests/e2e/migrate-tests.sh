@@ -347,7 +347,7 @@ test_migrate_bad_input() {
 	"$STASIS" migrate "$pid" --to "$DST" --key-file "$KEY" --compress maybe 2>/dev/null; [ $? = 2 ] || { fail "--compress maybe is not a usage error"; return 1; }
 	# Nothing changed.
 	runs_on "$w" || return 1
-	[ -z "$(ls -A "$STASIS_RUN_DIR" | grep -vx hw-breakpoints)" ] || { fail "left in the run dir: $(ls -A "$STASIS_RUN_DIR")"; return 1; }
+	[ -z "$(run_dir_leftovers)" ] || { fail "left in the run dir: $(run_dir_leftovers)"; return 1; }
 	kill -TERM "$pid"
 	reap "$holder"
 	mig_unhosts
