@@ -99,6 +99,7 @@ int thp_always_begin(struct stasis_error **err)
 {
 	char dir[4096], path[4096], mode[32];
 	int fd = lock_registry(dir, sizeof(dir)), r = 0;
+	bool saved_here = false;
 
 	if (fd < 0)
 		return stasis_error_errno(err, -fd, "registering for --thp under %s: %s",
@@ -109,9 +110,14 @@ int thp_always_begin(struct stasis_error **err)
 		r = read_mode(mode, sizeof(mode));
 		if (r == 0)
 			r = write_str(path, mode);
+		saved_here = r == 0;
 	}
 	if (r == 0)
 		r = write_str(thp_setting_path(), "always");
+	/* Not set (a read-only sysfs): a mode saved now would outlive the
+	 * setting it stands for, and a later run would put it back. */
+	if (r < 0 && saved_here)
+		unlink(path);
 	if (r == 0) {
 		snprintf(path, sizeof(path), "%s/user-%d", dir, (int)getpid());
 		r = write_str(path, "");
