@@ -466,6 +466,8 @@ int stasis_checkpoint(const struct stasis_checkpoint_options *o, struct manifest
 	m->huge_pages = o->thp_always;
 	if (o->leave_running && !o->thp_always)
 		t.thp_for_pause = checkpoint_thp_for_pause(o, m);
+	else if (!o->thp_always)
+		thp_repair();
 	image_stage_sweep();
 	r = checkpoint_target(&t, m, &batch, err);
 	image_stage_remove(t.stage);

@@ -281,6 +281,8 @@ int stasis_restore(const struct stasis_restore_options *o, struct manifest *m, p
 			image_verifier_free(verifier);
 			return r;
 		}
+	} else {
+		thp_repair();
 	}
 	r = restore_verified(o, m, verifier, root_out, err);
 	image_verifier_free(verifier);

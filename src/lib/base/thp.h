@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* Transparent huge pages set to "always" for the length of one operation:
- * with --thp, and for a --leave-running checkpoint where the machine leaves
- * them to madvise(). The host memory that the driver fills at checkpoint and
+ * with --thp, and for a --leave-running checkpoint's pause where the machine
+ * leaves them to madvise(). The host memory that the driver fills at checkpoint and
  * that CRIU fills at restore is then faulted in 2 MiB at a time, which is
  * where those steps spend their time. A machine-wide setting, so it is put
  * back afterwards: overlapping stasis runs register under the runtime
@@ -24,8 +24,10 @@ int thp_machine_mode(char *mode, size_t len);
 int thp_always_begin(struct stasis_error **err);
 void thp_always_end(void);
 
-/* For a run that does not set them: put back the mode a dead run left
- * changed, unless a live one still holds "always". */
+/* For a run that does not set them (every checkpoint and restore): put
+ * back the mode a dead run left changed, unless a live one still holds
+ * "always", so that a killed run's "always" outlives it only until the
+ * next stasis run. */
 void thp_repair(void);
 
 #endif
