@@ -463,10 +463,11 @@ int stasis_checkpoint(const struct stasis_checkpoint_options *o, struct manifest
 		r = thp_always_begin(err);
 	if (r < 0)
 		return r;
-	m->huge_pages = o->thp_always;
-	if (o->leave_running && !o->thp_always)
+	if (o->thp_always)
+		m->huge_pages = true;
+	else if (o->leave_running)
 		t.thp_for_pause = checkpoint_thp_for_pause(o, m);
-	else if (!o->thp_always)
+	else
 		thp_repair();
 	image_stage_sweep();
 	r = checkpoint_target(&t, m, &batch, err);

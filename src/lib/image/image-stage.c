@@ -272,7 +272,7 @@ static int list_files(struct image_stager *s, struct manifest *m)
 	struct dirent *de;
 	size_t first = m->nfiles;
 
-	rewinddir(s->scan);
+	rewinddir(s->scan); /* opened before CRIU wrote the files */
 	while ((de = readdir(s->scan))) {
 		int r;
 
