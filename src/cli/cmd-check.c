@@ -181,9 +181,9 @@ static void check_thp(struct report *rep)
 	else if (strstr(thp, "[always]"))
 		item(rep, OK, "huge-pages", NULL, "transparent huge pages: always");
 	else if (strstr(thp, "[madvise]"))
-		item(rep, WARNING, "huge-pages", "checkpoint and restore with --thp",
-		     "transparent huge pages: madvise; --leave-running sets 'always' for its "
-		     "pause, other checkpoints and restores are slower without it");
+		item(rep, WARNING, "huge-pages", "restore with --thp",
+		     "transparent huge pages: madvise; a checkpoint sets 'always' for the "
+		     "driver's copy, a restore is slower without it");
 	else
 		item(rep, WARNING, "huge-pages", "checkpoint and restore with --thp",
 		     "transparent huge pages: never; the driver's checkpoint into host memory is "

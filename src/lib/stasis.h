@@ -24,7 +24,7 @@ struct stasis_checkpoint_options {
 	bool tcp_established;
 	unsigned int lock_timeout_ms;
 	bool thp_always; /* transparent huge pages "always" meanwhile (thp.h) */
-	bool no_thp;	 /* with leave_running, not the huge pages its pause gets */
+	bool no_thp;	 /* not the huge pages its GPU step gets (thp.h) */
 	bool compress;	 /* zstd the pages images (image-pack.c) */
 	bool no_stage;	 /* with leave_running, never stage the image in memory */
 	bool stage;	 /* with leave_running, stage even what the page cache would take */

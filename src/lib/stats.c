@@ -49,6 +49,8 @@ char *stasis_stats_json(const struct manifest *m)
 		if (m->unstaged_why)
 			json_object_object_add(root, "not_staged_because",
 					       json_object_new_string(m->unstaged_why));
+	}
+	if (checkpointed) {
 		json_object_object_add(root, "huge_pages", json_object_new_boolean(m->huge_pages));
 		if (m->no_huge_pages_why)
 			json_object_object_add(root, "no_huge_pages_because",

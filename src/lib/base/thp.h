@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* Transparent huge pages set to "always" for the length of one operation:
- * with --thp, and for a --leave-running checkpoint's pause where the machine
- * leaves them to madvise(). The host memory that the driver fills at checkpoint and
+ * with --thp, and for every checkpoint's GPU step where the machine leaves
+ * them to madvise(). The host memory that the driver fills at checkpoint and
  * that CRIU fills at restore is then faulted in 2 MiB at a time, which is
  * where those steps spend their time. A machine-wide setting, so it is put
  * back afterwards: overlapping stasis runs register under the runtime
