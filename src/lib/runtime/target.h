@@ -106,7 +106,7 @@ struct target {
 	char snapshotter[64];	  /* containerd: the snapshotter that holds it */
 	char images[PATH_MAX];	  /* CRIU's image folder: inside dir, or the stage */
 	char stage[PATH_MAX];	  /* at checkpoint, a staging folder in memory, or "" */
-	bool thp_for_gpu_step; /* at checkpoint: huge pages set until the GPU checkpoint */
+	bool thp_for_gpu_step;	  /* at checkpoint: huge pages set until the GPU checkpoint */
 };
 
 extern const struct target_ops target_tree;
