@@ -420,14 +420,12 @@ static int checkpoint_target(struct target *t, struct manifest *m, struct gpu_ba
 
 /* The driver's checkpoint copies GPU memory into fresh host memory, faulting
  * it in 4 KiB at a time where the machine leaves huge pages to madvise().
- * With them it took 4.7-5.4 s for 16 GiB against 7.8-12.0 s on the GPU
- * machine, and the later GPU restore from that memory was faster too. So
- * every checkpoint sets "always" as --thp does, from the preflight until
- * the driver's copy is made, where the mode is madvise; not where its
- * owner chose "never", nor with --no-thp. Only the driver's buffers are
- * faulted meanwhile (the workload is locked), and a plain checkpoint's
- * workload ends with its image, so nothing keeps huge pages it would not
- * have had. Returns whether this run set them. */
+ * With them that copy of 16 GiB took 5.3-6.3 s against 7.6-8.4 s on the GPU
+ * machine, and CRIU's dump of it and a --leave-running GPU restore from it
+ * were faster too. So every checkpoint sets "always" as --thp does, from
+ * the preflight until the copy is made, where the mode is madvise; not
+ * where its owner chose "never", nor with --no-thp. Returns whether this
+ * run set them. */
 static bool checkpoint_thp_for_gpu_step(const struct stasis_checkpoint_options *o,
 					struct manifest *m)
 {
