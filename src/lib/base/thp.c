@@ -9,6 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "lock.h"
 #include "util.h"
@@ -95,6 +98,96 @@ static int live_users(const char *dir)
 	return n;
 }
 
+/* The registration of user (a pid) ends: its file goes, and the last user
+ * out puts the saved mode back. */
+static void thp_release(pid_t user)
+{
+	char dir[4096], path[4096];
+	_cleanup_free_ char *mode = NULL;
+	int fd = lock_registry(dir, sizeof(dir));
+
+	if (fd < 0)
+		return;
+	snprintf(path, sizeof(path), "%s/user-%d", dir, (int)user);
+	unlink(path);
+	snprintf(path, sizeof(path), "%s/saved", dir);
+	if (live_users(dir) == 0 && (mode = read_file_str(path, NULL))) {
+		if (write_str(thp_setting_path(), mode) == 0)
+			unlink(path);
+	}
+	close(fd);
+}
+
+/* A guard process for this run's registration: it reads a pipe that only
+ * this process writes, and when the pipe closes (thp_always_end, or this
+ * process killed by SIGKILL) it ends the registration in its place. So a
+ * killed run leaves "always" for a moment, not until the next stasis run.
+ * A grandchild in a session of its own: init reaps it, this process never
+ * waits for it, and the signals of this one's terminal or group miss it. */
+static int guard_fd = -1;
+
+static void guard_run(int rfd, pid_t user)
+{
+	char c;
+	int null;
+
+	if (rfd <= STDERR_FILENO)
+		rfd = fcntl(rfd, F_DUPFD_CLOEXEC, STDERR_FILENO + 1);
+	/* Nothing of this process held open: not the registry's lock, not a
+	 * pipe whose reader waits for its end, not a device. */
+	close_range(STDERR_FILENO + 1, (unsigned int)rfd - 1, 0);
+	close_range((unsigned int)rfd + 1, ~0U, 0);
+	null = open("/dev/null", O_RDWR | O_CLOEXEC);
+	if (null >= 0) {
+		dup2(null, STDIN_FILENO);
+		dup2(null, STDOUT_FILENO);
+		dup2(null, STDERR_FILENO);
+	}
+	(void)!chdir("/");
+	prctl(PR_SET_NAME, "stasis-thp-guard");
+	signal(SIGINT, SIG_IGN);
+	signal(SIGTERM, SIG_IGN);
+	signal(SIGHUP, SIG_IGN);
+	signal(SIGPIPE, SIG_IGN);
+	while (read(rfd, &c, 1) < 0 && errno == EINTR)
+		;
+	thp_release(user);
+	_exit(0);
+}
+
+static void guard_start(void)
+{
+	pid_t user = getpid(), pid;
+	int fds[2], status;
+
+	if (guard_fd >= 0 || pipe2(fds, O_CLOEXEC) < 0)
+		return;
+	pid = fork();
+	if (pid == 0) {
+		close(fds[1]);
+		setsid();
+		if (fork() == 0)
+			guard_run(fds[0], user);
+		_exit(0);
+	}
+	close(fds[0]);
+	if (pid < 0) {
+		close(fds[1]);
+		return;
+	}
+	while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+		;
+	guard_fd = fds[1];
+}
+
+/* The guard then ends the registration again, which changes nothing. */
+static void guard_stop(void)
+{
+	if (guard_fd >= 0)
+		close(guard_fd);
+	guard_fd = -1;
+}
+
 int thp_always_begin(struct stasis_error **err)
 {
 	char dir[4096], path[4096], mode[32];
@@ -123,6 +216,8 @@ int thp_always_begin(struct stasis_error **err)
 		r = write_str(path, "");
 	}
 	close(fd);
+	if (r == 0)
+		guard_start();
 	if (r < 0) {
 		stasis_error_set(err, -r, STASIS_DOMAIN_SYSTEM, -r,
 				 "setting transparent huge pages to always in %s: %s",
@@ -135,26 +230,14 @@ int thp_always_begin(struct stasis_error **err)
 
 void thp_always_end(void)
 {
-	char dir[4096], path[4096];
-	_cleanup_free_ char *mode = NULL;
-	int fd = lock_registry(dir, sizeof(dir));
-
-	if (fd < 0)
-		return;
-	snprintf(path, sizeof(path), "%s/user-%d", dir, (int)getpid());
-	unlink(path);
-	snprintf(path, sizeof(path), "%s/saved", dir);
-	if (live_users(dir) == 0 && (mode = read_file_str(path, NULL))) {
-		if (write_str(thp_setting_path(), mode) == 0)
-			unlink(path);
-	}
-	close(fd);
+	thp_release(getpid());
+	guard_stop();
 }
 
 void thp_repair(void)
 {
 	/* Such a run has no registration: only a dead run's mode goes back. */
-	thp_always_end();
+	thp_release(getpid());
 }
 
 int thp_machine_mode(char *mode, size_t len)

@@ -5,8 +5,9 @@
  * that CRIU fills at restore is then faulted in 2 MiB at a time, which is
  * where those steps spend their time. A machine-wide setting, so it is put
  * back afterwards: overlapping stasis runs register under the runtime
- * directory, the first one saves the mode and the last one out restores it
- * (also the mode a crashed run left changed). */
+ * directory, the first one saves the mode and the last one out restores it.
+ * A guard process ends a run's registration when the run dies (SIGKILL),
+ * and the next run repairs what a guard could not. */
 #ifndef STASIS_THP_H
 #define STASIS_THP_H
 
@@ -24,10 +25,9 @@ int thp_machine_mode(char *mode, size_t len);
 int thp_always_begin(struct stasis_error **err);
 void thp_always_end(void);
 
-/* For a run that does not set them (every checkpoint and restore): put
- * back the mode a dead run left changed, unless a live one still holds
- * "always", so that a killed run's "always" outlives it only until the
- * next stasis run. */
+/* For a run that does not set them: put back the mode a dead run left
+ * changed (its guard killed too), unless a live one still holds "always",
+ * so that it outlives them only until the next stasis run. */
 void thp_repair(void);
 
 #endif
