@@ -302,6 +302,32 @@ test_containerd_image_checkpoint_restore() {
 
 # The native snapshotter, containerd restarted between checkpoint and
 # restore, and the image missing there: one line, nothing created.
+# --leave-running on an image container whose files change without pause
+# (files written and renamed in a busy loop): the rootfs diff is taken with
+# the task paused, so no file vanishes under it; every checkpoint succeeds,
+# the container counts on, and the last image restores as a copy that counts.
+CHURN_SCRIPT='i=0; while :; do i=$((i+1)); echo $i >/state.tmp; mv /state.tmp /state; echo tick $i >>/log
+for j in 1 2 3 4 5 6 7 8; do echo $i >/churn.$j.tmp; mv /churn.$j.tmp /churn.$j; done; done'
+test_containerd_leave_running_churn() {
+	local d="$TMP/ci5" id="ci5" root at n
+	mkdir -p "$d" && ctrd_image_ready || return 1
+	ctrd run -d --null-io --snapshotter overlayfs "$CTRD_IMAGE" "$id" /bin/sh -c "$CHURN_SCRIPT" >/dev/null || return 1
+	root=$(ctrd_rootfs "$id")
+	wait_counter "$root" 5 || return 1
+	for n in 1 2 3 4; do
+		rm -rf "$d/img"
+		"$STASIS" checkpoint --runtime containerd --namespace "$CTRD_NS" "$id" -D "$d/img" --leave-running \
+			2>"$d/err" || { fail "checkpoint $n: $(cat "$d/err")"; return 1; }
+		ctrd_task "$id" | grep -q RUNNING || { fail "not running after checkpoint $n: $(ctrd tasks ls)"; return 1; }
+		at=$(counter "$root")
+		wait_counter "$root" $((at + 5)) || { fail "stopped counting after checkpoint $n"; return 1; }
+	done
+	"$STASIS" restore --runtime containerd -D "$d/img" --name "$id-copy" >/dev/null || return 1
+	at=$(counter "$(ctrd_rootfs "$id-copy")")
+	wait_counter "$(ctrd_rootfs "$id-copy")" $((at + 5)) || { fail "the copy does not count"; return 1; }
+	ctrd_remove_all
+}
+
 test_containerd_image_restart_missing() {
 	local d="$TMP/ci2" id="ci2" at root
 	mkdir -p "$d" && ctrd_image_start "$id" native || return 1

@@ -216,21 +216,33 @@ static int save_rootfs_diff(struct target *t, struct manifest *m, struct stasis_
 	return r;
 }
 
+/* With --leave-running the task is paused (its cgroup frozen) for runc's
+ * dump and the rootfs diff: runc's CRIU leaves a cgroup frozen as it found
+ * it, so the diff holds the files as the dumped processes left them, and
+ * no file the workload renames meanwhile makes the diff fail. */
 static int containerd_dump(struct target *t, struct manifest *m, struct stasis_error **err)
 {
 	bool leave_running = t->checkpoint->leave_running;
+	bool hold = leave_running && t->snapshot[0];
 	uint64_t start = now_usec();
-	int r;
+	struct containerd c;
+	int r = 0;
 
 	if (fault_at("criu-dump", 0))
 		return stasis_error_set(err, EIO, STASIS_DOMAIN_CRIU, 0,
 					"runc checkpoint failed: injected fault");
+	client_of(t, &c);
+	if (hold && containerd_task_pause(&c, t->id, err) < 0)
+		return stasis_error_hint(err, "nothing was dumped; the container runs on");
 	progress_begin("runc checkpoint of %zu process%s", m->nprocs, m->nprocs == 1 ? "" : "es");
 	r = runc_checkpoint(t->runc_root, t->id, t->images, t->images, leave_running, err);
 	progress_end();
 	manifest_add_phase(m, "runc_checkpoint", now_usec() - start);
 	if (r == 0 && t->snapshot[0])
 		r = save_rootfs_diff(t, m, err);
+	if (hold && containerd_task_resume(&c, t->id, r < 0 ? NULL : err) < 0 && r == 0)
+		r = stasis_error_hint(err, "the container stays paused: ctr -n %s tasks resume %s",
+				      c.namespace, t->id);
 	/* Its task stopped when CRIU killed it; the image holds the rest. */
 	if (r == 0 && !leave_running)
 		remove_container(t);

@@ -385,6 +385,32 @@ int containerd_snapshot_diff(const struct containerd *c, const char *snapshotter
 	    out && *last_line(out) ? last_line(out) : "ctr snapshots diff failed");
 }
 
+/* ctr tasks pause / resume ID: its cgroup frozen or thawed, with
+ * containerd knowing. */
+static int task_freeze(const struct containerd *c, const char *verb, const char *id,
+		       struct stasis_error **err)
+{
+	const char *args[] = {"tasks", verb, id, NULL};
+	_cleanup_free_ char *out = NULL;
+	int r = ctr(c, args, &out);
+
+	if (r == 0)
+		return 0;
+	return stasis_error_set(
+	    err, EIO, STASIS_DOMAIN_USAGE, 0, "ctr tasks %s %s failed: %s", verb, id,
+	    out && *last_line(out) ? last_line(out) : "containerd did not answer");
+}
+
+int containerd_task_pause(const struct containerd *c, const char *id, struct stasis_error **err)
+{
+	return task_freeze(c, "pause", id, err);
+}
+
+int containerd_task_resume(const struct containerd *c, const char *id, struct stasis_error **err)
+{
+	return task_freeze(c, "resume", id, err);
+}
+
 int containerd_ids(const struct containerd *c, char **ids)
 {
 	const char *ls[] = {"containers", "ls", "-q", NULL};

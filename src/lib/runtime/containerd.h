@@ -74,6 +74,10 @@ int containerd_image_digest(const struct containerd *c, const char *ref, char *d
 int containerd_snapshot_diff(const struct containerd *c, const char *snapshotter, const char *key,
 			     int fd, struct stasis_error **err);
 
+/* ctr tasks pause / resume: the task's cgroup frozen or thawed. */
+int containerd_task_pause(const struct containerd *c, const char *id, struct stasis_error **err);
+int containerd_task_resume(const struct containerd *c, const char *id, struct stasis_error **err);
+
 /* The ids of c's namespace's containers, one a line, into *ids (the caller
  * frees); -errno or ctr's status when containerd did not answer. */
 int containerd_ids(const struct containerd *c, char **ids);
