@@ -91,9 +91,10 @@ struct manifest {
 	struct manifest_file *files;
 	size_t nfiles;
 	uint64_t image_bytes;
-	/* At a --leave-running checkpoint only, not saved: why the image was
-	 * not staged in memory (a string literal), or NULL; whether the pause
-	 * had transparent huge pages, and why not (a string literal). */
+	/* At a checkpoint only, not saved: with --leave-running, why the image
+	 * was not staged in memory (a string literal), or NULL; whether the
+	 * driver's copy had transparent huge pages, and why not (a string
+	 * literal). */
 	const char *unstaged_why;
 	bool huge_pages;
 	const char *no_huge_pages_why;
