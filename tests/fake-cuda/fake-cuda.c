@@ -6,11 +6,14 @@
  *   FAKE_CUDA_FAIL="lock:909,checkpoint:801:PID,..."   call[:code[:pid]]
  *   FAKE_CUDA_HANG="lock"                              sleep (lock: until its timeout)
  *   FAKE_CUDA_DELAY="checkpoint:1500"                  take that long, then succeed
+ *   FAKE_CUDA_LIVE=1       PIDs are real processes: one that has exited
+ *                          fails every call, as with the real driver
  * A process is a CUDA process when its state file exists. */
 #include <cuda.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -97,6 +100,28 @@ static unsigned int delay_ms(const char *call)
 	return at && at[strlen(call)] == ':' ? (unsigned int)atoi(at + strlen(call) + 1) : 0;
 }
 
+/* Gone or a zombie: driver 580 answers every call about such a process,
+ * get-state included, with CUDA_ERROR_OPERATING_SYSTEM. The unit tests'
+ * processes are made up, hence FAKE_CUDA_LIVE. */
+static int exited(int pid)
+{
+	char path[64], line[512], *paren;
+	FILE *f;
+	int zombie = 0;
+
+	if (!getenv("FAKE_CUDA_LIVE"))
+		return 0;
+	if (kill(pid, 0) < 0 && errno == ESRCH)
+		return 1;
+	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+	f = fopen(path, "r");
+	if (f && fgets(line, sizeof(line), f) && (paren = strrchr(line, ')')))
+		zombie = paren[2] == 'Z';
+	if (f)
+		fclose(f);
+	return zombie;
+}
+
 static CUresult transition(const char *call, int pid, CUprocessState from, CUprocessState to)
 {
 	CUprocessState state;
@@ -107,6 +132,8 @@ static CUresult transition(const char *call, int pid, CUprocessState from, CUpro
 	if (hang_ms(call))
 		sleep(3600);
 	usleep(delay_ms(call) * 1000u);
+	if (exited(pid))
+		return CUDA_ERROR_OPERATING_SYSTEM;
 	r = injected(call, pid);
 	if (r != CUDA_SUCCESS)
 		return r;
@@ -154,6 +181,8 @@ EXPORT CUresult cuCheckpointProcessGetState(int pid, CUprocessState *state)
 
 	if (r != CUDA_SUCCESS)
 		return r;
+	if (exited(pid))
+		return CUDA_ERROR_OPERATING_SYSTEM;
 	return read_state(pid, state) == 0 ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
 }
 

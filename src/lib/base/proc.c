@@ -38,6 +38,28 @@ char proc_state(pid_t pid)
 	return state;
 }
 
+bool proc_exiting(pid_t pid)
+{
+	/* The kernel's PF_EXITING: set on every thread once exit has begun,
+	 * long before the process is a zombie (its memory and the driver's
+	 * handles are torn down in between). */
+	const unsigned int pf_exiting = 0x4;
+	char path[64];
+	_cleanup_free_ char *stat = NULL;
+	char *close_paren, state;
+	unsigned int flags;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	stat = read_file_str(path, NULL);
+	if (!stat)
+		return errno == ENOENT || errno == ESRCH;
+	close_paren = strrchr(stat, ')');
+	if (!close_paren ||
+	    sscanf(close_paren + 1, " %c %*d %*d %*d %*d %*d %u", &state, &flags) != 2)
+		return false;
+	return state == 'Z' || state == 'X' || state == 'x' || (flags & pf_exiting);
+}
+
 pid_t proc_ppid(pid_t pid)
 {
 	char state;

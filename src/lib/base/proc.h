@@ -11,6 +11,8 @@
 
 /* 'R', 'S', 'Z', ... or 0 when the process does not exist. */
 char proc_state(pid_t pid);
+/* True when the process is gone or on its way out: a zombie, or exiting. */
+bool proc_exiting(pid_t pid);
 pid_t proc_ppid(pid_t pid);
 /* comm into buf ("?" when unknown); returns buf. */
 const char *proc_comm(pid_t pid, char *buf, size_t len);

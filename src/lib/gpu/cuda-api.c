@@ -188,6 +188,8 @@ const char *cuda_result_name(cuda_result r)
 		return "CUDA_ERROR_NOT_SUPPORTED";
 	case CUDA_ERROR_TIMEOUT:
 		return "CUDA_ERROR_TIMEOUT";
+	case CUDA_ERROR_OPERATING_SYSTEM:
+		return "CUDA_ERROR_OPERATING_SYSTEM";
 	}
 	return "CUDA_ERROR_UNKNOWN";
 }

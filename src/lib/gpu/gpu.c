@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "fault.h"
+#include "proc.h"
 #include "progress.h"
 #include "util.h"
 
@@ -252,10 +253,20 @@ static void *rollback_thread(void *opaque)
 	return NULL;
 }
 
+/* Append ", PID" (with its state when state) to a list being built. */
+static void list_pid(char *list, size_t size, size_t *len, pid_t pid, const char *state)
+{
+	if (*len >= size)
+		return;
+	*len += (size_t)snprintf(list + *len, size - *len, "%s%d", *len ? ", " : "", (int)pid);
+	if (state && *len < size)
+		*len += (size_t)snprintf(list + *len, size - *len, " (%s)", state);
+}
+
 int gpu_rollback(struct gpu_batch *batch, struct stasis_error **err)
 {
-	char stuck[512] = "";
-	size_t len = 0;
+	char stuck[512] = "", gone[256] = "";
+	size_t stuck_len = 0, gone_len = 0;
 	int nstuck = 0;
 
 	if (for_each_parallel(batch, GPU_STEP_RESTORE, rollback_thread, true) < 0)
@@ -265,13 +276,24 @@ int gpu_rollback(struct gpu_batch *batch, struct stasis_error **err)
 
 		if (!p->touched || p->state == CUDA_PROCESS_RUNNING)
 			continue;
+		/* A process that ended in the middle of the step (a job at its
+		 * last step) makes the driver fail with it; it is not left
+		 * frozen, and saying so would send its owner looking for it. */
+		if (proc_exiting(p->pid)) {
+			list_pid(gone, sizeof(gone), &gone_len, p->pid, NULL);
+			continue;
+		}
 		nstuck++;
-		if (len < sizeof(stuck))
-			len += (size_t)snprintf(stuck + len, sizeof(stuck) - len, "%s%d (%s)",
-						len ? ", " : "", (int)p->pid,
-						cuda_state_name(p->state));
+		list_pid(stuck, sizeof(stuck), &stuck_len, p->pid, cuda_state_name(p->state));
 	}
-	if (nstuck)
+	if (gone_len && nstuck)
+		stasis_error_hint(err,
+				  "PID %s exited during the GPU step; rollback could not return "
+				  "PID %s to running",
+				  gone, stuck);
+	else if (gone_len)
+		stasis_error_hint(err, "PID %s exited during the GPU step", gone);
+	else if (nstuck)
 		stasis_error_hint(err, "rollback could not return PID %s to running", stuck);
 	return nstuck;
 }
