@@ -10,7 +10,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "cuda-api.h"
@@ -18,7 +21,11 @@
 #include "gpumap.h"
 #include "util.h"
 
-#define FIRST_PID 3999001
+/* Real processes that wait to be killed: stasis tells an exited process
+ * from a frozen one, so the tests' processes must exist. */
+#define NPROCS 5
+static pid_t procs[NPROCS];
+#define FIRST_PID procs[0]
 static char fake_dir[64];
 
 static void set_state(pid_t pid, int state)
@@ -77,7 +84,7 @@ static void suspend_resume_four(void **state)
 
 static void find_only_cuda(void **state)
 {
-	pid_t pids[] = {FIRST_PID, FIRST_PID + 50, FIRST_PID + 1};
+	pid_t pids[] = {FIRST_PID, procs[4], procs[1]};
 	struct gpu_batch b = {0};
 	struct stasis_error *err = NULL;
 
@@ -115,7 +122,7 @@ static void expect_rollback(const char *fail, const char *needle)
 
 static void rollback_paths(void **state)
 {
-	char spec[64];
+	char spec[64], needle[64];
 
 	(void)state;
 	snprintf(spec, sizeof(spec), "lock:909:%d", FIRST_PID + 2);
@@ -123,7 +130,8 @@ static void rollback_paths(void **state)
 	snprintf(spec, sizeof(spec), "checkpoint:801:%d", FIRST_PID + 3);
 	expect_rollback(spec, "CUDA_ERROR_NOT_SUPPORTED");
 	snprintf(spec, sizeof(spec), "checkpoint:2:%d", FIRST_PID);
-	expect_rollback(spec, "checkpoint of PID 3999001");
+	snprintf(needle, sizeof(needle), "checkpoint of PID %d", FIRST_PID);
+	expect_rollback(spec, needle);
 }
 
 static void managed_memory_hint(void **state)
@@ -162,23 +170,61 @@ static void hung_lock_times_out(void **state)
 
 static void failed_resume_rolls_back(void **state)
 {
+	char spec[64], needle[64];
 	struct gpu_batch b;
 	struct stasis_error *err = NULL;
 
 	(void)state;
 	make_batch(&b, 2);
 	assert_int_equal(gpu_suspend(&b, &err), 0);
-	setenv("FAKE_CUDA_FAIL", "unlock:999:3999002", 1);
+	snprintf(spec, sizeof(spec), "unlock:999:%d", procs[1]);
+	setenv("FAKE_CUDA_FAIL", spec, 1);
 	assert_true(gpu_resume(&b, &err) < 0);
 	unsetenv("FAKE_CUDA_FAIL");
-	assert_non_null(strstr(err->message, "unlock of PID 3999002"));
+	snprintf(needle, sizeof(needle), "unlock of PID %d", procs[1]);
+	assert_non_null(strstr(err->message, needle));
 	/* The rollback retried the unlock once the fault was gone? No: it ran
-	 * while the fault held, so PID 3999002 is named as still locked. */
+	 * while the fault held, so the second process is named as still
+	 * locked. */
+	snprintf(needle, sizeof(needle), "could not return PID %d (locked)", procs[1]);
+	assert_non_null(err->hint);
+	assert_non_null(strstr(err->hint, needle));
 	assert_int_equal(get_state(FIRST_PID), CUDA_PROCESS_RUNNING);
 	stasis_error_free(err);
 	err = NULL;
 	assert_int_equal(gpu_rollback(&b, &err), 0);
 	assert_int_equal(get_state(FIRST_PID + 1), CUDA_PROCESS_RUNNING);
+	gpu_batch_free(&b);
+}
+
+/* A process gone before its lock (killed, or a job at its end): the driver
+ * fails the call, and the error says the process exited rather than that
+ * the rollback left it frozen. */
+static void exited_process_named(void **state)
+{
+	char needle[64];
+	struct gpu_batch b = {0};
+	struct stasis_error *err = NULL;
+	pid_t kid = fork();
+
+	(void)state;
+	if (kid == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		pause();
+		_exit(0);
+	}
+	set_state(kid, CUDA_PROCESS_RUNNING);
+	assert_int_equal(gpu_batch_add(&b, kid), 0);
+	kill(kid, SIGKILL);
+	waitpid(kid, NULL, 0);
+	setenv("FAKE_CUDA_LIVE", "1", 1);
+	assert_true(gpu_suspend(&b, &err) < 0);
+	unsetenv("FAKE_CUDA_LIVE");
+	snprintf(needle, sizeof(needle), "PID %d exited during the GPU step", kid);
+	assert_non_null(err->hint);
+	assert_non_null(strstr(err->hint, needle));
+	assert_null(strstr(err->hint, "could not return"));
+	stasis_error_free(err);
 	gpu_batch_free(&b);
 }
 
@@ -265,6 +311,7 @@ int main(void)
 	    cmocka_unit_test_setup(managed_memory_hint, setup),
 	    cmocka_unit_test_setup(hung_lock_times_out, setup),
 	    cmocka_unit_test_setup(failed_resume_rolls_back, setup),
+	    cmocka_unit_test_setup(exited_process_named, setup),
 	    cmocka_unit_test_setup(gpu_plan, setup),
 	};
 	struct stasis_error *err = NULL;
@@ -284,7 +331,21 @@ int main(void)
 		fprintf(stderr, "%s\n", err->message);
 		return 1;
 	}
+	for (int i = 0; i < NPROCS; i++) {
+		procs[i] = fork();
+		if (procs[i] == 0) {
+			/* Gone with the test, even when it crashes: left behind,
+			 * they would hold the runner's pipe open. */
+			prctl(PR_SET_PDEATHSIG, SIGKILL);
+			pause();
+			_exit(0);
+		}
+	}
 	r = cmocka_run_group_tests_name("gpu", tests, NULL, NULL);
+	for (int i = 0; i < NPROCS; i++) {
+		kill(procs[i], SIGKILL);
+		waitpid(procs[i], NULL, 0);
+	}
 	{
 		char cmd[128];
 

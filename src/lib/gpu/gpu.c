@@ -274,15 +274,17 @@ int gpu_rollback(struct gpu_batch *batch, struct stasis_error **err)
 	for (size_t i = 0; i < batch->n; i++) {
 		struct gpu_process *p = &batch->procs[i];
 
-		if (!p->touched || p->state == CUDA_PROCESS_RUNNING)
+		if (!p->touched)
 			continue;
 		/* A process that ended in the middle of the step (a job at its
 		 * last step) makes the driver fail with it; it is not left
 		 * frozen, and saying so would send its owner looking for it. */
-		if (proc_exiting(p->pid)) {
+		if ((p->failed_step || p->state != CUDA_PROCESS_RUNNING) && proc_exiting(p->pid)) {
 			list_pid(gone, sizeof(gone), &gone_len, p->pid, NULL);
 			continue;
 		}
+		if (p->state == CUDA_PROCESS_RUNNING)
+			continue;
 		nstuck++;
 		list_pid(stuck, sizeof(stuck), &stuck_len, p->pid, cuda_state_name(p->state));
 	}
