@@ -9,12 +9,14 @@
 
 #include "util.h"
 
-/* /proc/PID/stat: "pid (comm) S ppid ..."; comm may hold spaces and ')'. */
-static int read_stat(pid_t pid, char *state, pid_t *ppid)
+/* /proc/PID/stat: "pid (comm) S ppid pgrp session tty tpgid flags ...";
+ * comm may hold spaces and ')'. ppid and flags may be NULL. */
+static int read_stat(pid_t pid, char *state, pid_t *ppid, unsigned int *flags)
 {
 	char path[64];
 	_cleanup_free_ char *stat = NULL;
 	char *close_paren;
+	unsigned int fl;
 	int pp;
 
 	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
@@ -22,10 +24,13 @@ static int read_stat(pid_t pid, char *state, pid_t *ppid)
 	if (!stat)
 		return -errno;
 	close_paren = strrchr(stat, ')');
-	if (!close_paren || sscanf(close_paren + 1, " %c %d", state, &pp) != 2)
+	if (!close_paren ||
+	    sscanf(close_paren + 1, " %c %d %*d %*d %*d %*d %u", state, &pp, &fl) != 3)
 		return -EINVAL;
 	if (ppid)
 		*ppid = pp;
+	if (flags)
+		*flags = fl;
 	return 0;
 }
 
@@ -33,7 +38,7 @@ char proc_state(pid_t pid)
 {
 	char state;
 
-	if (pid <= 0 || read_stat(pid, &state, NULL) < 0)
+	if (pid <= 0 || read_stat(pid, &state, NULL, NULL) < 0)
 		return 0;
 	return state;
 }
@@ -44,19 +49,12 @@ bool proc_exiting(pid_t pid)
 	 * long before the process is a zombie (its memory and the driver's
 	 * handles are torn down in between). */
 	const unsigned int pf_exiting = 0x4;
-	char path[64];
-	_cleanup_free_ char *stat = NULL;
-	char *close_paren, state;
 	unsigned int flags;
+	char state;
+	int r = read_stat(pid, &state, NULL, &flags);
 
-	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-	stat = read_file_str(path, NULL);
-	if (!stat)
-		return errno == ENOENT || errno == ESRCH;
-	close_paren = strrchr(stat, ')');
-	if (!close_paren ||
-	    sscanf(close_paren + 1, " %c %*d %*d %*d %*d %*d %u", &state, &flags) != 2)
-		return false;
+	if (r < 0)
+		return r == -ENOENT || r == -ESRCH;
 	return state == 'Z' || state == 'X' || state == 'x' || (flags & pf_exiting);
 }
 
@@ -65,7 +63,7 @@ pid_t proc_ppid(pid_t pid)
 	char state;
 	pid_t ppid;
 
-	if (read_stat(pid, &state, &ppid) < 0)
+	if (read_stat(pid, &state, &ppid, NULL) < 0)
 		return -1;
 	return ppid;
 }
