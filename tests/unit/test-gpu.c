@@ -28,6 +28,20 @@ static pid_t procs[NPROCS];
 #define FIRST_PID procs[0]
 static char fake_dir[64];
 
+/* A child that waits to be killed; gone with the test, even when it
+ * crashes: left behind, it would hold the runner's pipe open. */
+static pid_t spawn_waiter(void)
+{
+	pid_t pid = fork();
+
+	if (pid == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		pause();
+		_exit(0);
+	}
+	return pid;
+}
+
 static void set_state(pid_t pid, int state)
 {
 	char path[128];
@@ -205,14 +219,9 @@ static void exited_process_named(void **state)
 	char needle[64];
 	struct gpu_batch b = {0};
 	struct stasis_error *err = NULL;
-	pid_t kid = fork();
+	pid_t kid = spawn_waiter();
 
 	(void)state;
-	if (kid == 0) {
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		pause();
-		_exit(0);
-	}
 	set_state(kid, CUDA_PROCESS_RUNNING);
 	assert_int_equal(gpu_batch_add(&b, kid), 0);
 	kill(kid, SIGKILL);
@@ -331,16 +340,8 @@ int main(void)
 		fprintf(stderr, "%s\n", err->message);
 		return 1;
 	}
-	for (int i = 0; i < NPROCS; i++) {
-		procs[i] = fork();
-		if (procs[i] == 0) {
-			/* Gone with the test, even when it crashes: left behind,
-			 * they would hold the runner's pipe open. */
-			prctl(PR_SET_PDEATHSIG, SIGKILL);
-			pause();
-			_exit(0);
-		}
-	}
+	for (int i = 0; i < NPROCS; i++)
+		procs[i] = spawn_waiter();
 	r = cmocka_run_group_tests_name("gpu", tests, NULL, NULL);
 	for (int i = 0; i < NPROCS; i++) {
 		kill(procs[i], SIGKILL);
