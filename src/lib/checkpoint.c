@@ -392,6 +392,7 @@ static int checkpoint_find(struct target *t, struct manifest *m, struct stasis_e
 	if (r < 0)
 		return r;
 	m->criu_version = r;
+	m->page_writers = criu_page_writers();
 	return 0;
 }
 

@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include "breakpoints.h"
 #include "devfiles.h"
@@ -19,6 +20,8 @@
 #include "util.h"
 
 #define CRIU_LOG_LEVEL 4
+/* Beyond this many, page writers wait on the disk, not on the copy. */
+#define CRIU_PAGE_WRITERS_MAX 8
 
 static char criu_path[PATH_MAX];
 
@@ -72,6 +75,32 @@ const char *criu_version_string(int version, char *buf, size_t len)
 	return buf;
 }
 
+/* With stasis's CRIU, a dump of a tree writes each task's pages from a
+ * process of its own while it dumps the next tasks (CRIU_PAGE_WRITERS at
+ * once): one thread's copy into the page cache, not the drain, is what a
+ * dump of GPU processes waits on. One a CPU, unless the user chose. */
+static void configure_page_writers(void)
+{
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	char n[16];
+
+	if (getenv("CRIU_PAGE_WRITERS"))
+		return;
+	snprintf(n, sizeof(n), "%ld",
+		 cpus < 1			? 1
+		 : cpus > CRIU_PAGE_WRITERS_MAX ? CRIU_PAGE_WRITERS_MAX
+						: cpus);
+	setenv("CRIU_PAGE_WRITERS", n, 1);
+}
+
+int criu_page_writers(void)
+{
+	const char *n = getenv("CRIU_PAGE_WRITERS");
+	int writers = n ? atoi(n) : 1;
+
+	return writers < 1 ? 1 : writers;
+}
+
 /* CRIU loads every plugin in its libdir. stasis does the GPU steps itself,
  * so CRIU gets only stasis's own plugin (for leftover /dev/nvidia*
  * descriptors), never the cuda plugin, unless the user chose a libdir. */
@@ -81,6 +110,7 @@ static void configure_environment(void)
 	char dir[4096];
 
 	hw_breakpoints_configure_criu();
+	configure_page_writers();
 	if (getenv("CRIU_LIBS_DIR"))
 		return;
 	if (plugins) {

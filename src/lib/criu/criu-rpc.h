@@ -48,9 +48,13 @@ struct criu_restore_request {
 const char *criu_binary(void);
 
 /* CRIU must be there; sets up the environment every CRIU run inherits
- * (CRIU_FAULT where breakpoints fail, CRIU_LIBS_DIR), also for CRIU runs
- * started by a container runtime. */
+ * (CRIU_FAULT where breakpoints fail, CRIU_LIBS_DIR, CRIU_PAGE_WRITERS),
+ * also for CRIU runs started by a container runtime. */
 int criu_require(struct stasis_error **err);
+
+/* How many processes write a dump's pages (CRIU_PAGE_WRITERS, which
+ * criu_require sets); 1 when each task's are written while it is dumped. */
+int criu_page_writers(void);
 
 /* 40101 for 4.1.1; checks presence and minimum version. */
 int criu_version(struct stasis_error **err);

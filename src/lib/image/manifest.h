@@ -94,10 +94,11 @@ struct manifest {
 	/* At a checkpoint only, not saved: with --leave-running, why the image
 	 * was not staged in memory (a string literal), or NULL; whether the
 	 * driver's copy had transparent huge pages, and why not (a string
-	 * literal). */
+	 * literal); how many processes CRIU was asked to write pages from. */
 	const char *unstaged_why;
 	bool huge_pages;
 	const char *no_huge_pages_why;
+	int page_writers;
 };
 
 void manifest_init(struct manifest *m);
