@@ -274,10 +274,21 @@ int criu_run_check(struct stasis_error **err)
 
 static criu_notify_fn current_notify;
 
+static int notify_result;
+
 static int notify_trampoline(char *action, criu_notify_arg_t arg)
 {
 	(void)arg;
-	return current_notify ? current_notify(action) : 0;
+	notify_result = current_notify ? current_notify(action) : 0;
+	return notify_result;
+}
+
+/* libcriu's -1 is an answer to a notification that could not be sent, where
+ * stasis's callback had not refused: CRIU died while stasis worked on its
+ * notification (a seal while it holds the tree takes seconds). */
+static int criu_call_result(int r)
+{
+	return r == -1 && notify_result == 0 ? -ECOMM : r;
 }
 
 int criu_run_dump(const struct criu_dump_request *req, struct stasis_error **err)
@@ -308,7 +319,8 @@ int criu_run_dump(const struct criu_dump_request *req, struct stasis_error **err
 	current_notify = req->notify;
 	if (req->notify)
 		criu_local_set_notify_cb(opts, notify_trampoline);
-	r = criu_local_dump(opts);
+	notify_result = 0;
+	r = criu_call_result(criu_local_dump(opts));
 	current_notify = NULL;
 	criu_local_free_opts(opts);
 	if (r < 0)
@@ -345,7 +357,9 @@ int criu_run_restore(const struct criu_restore_request *req, pid_t *root_out,
 		criu_local_set_notify_cb(opts, notify_trampoline);
 	/* restore_child makes the restored root our child; plain restore leaves
 	 * it to the init process (detached). */
-	r = req->detach ? criu_local_restore(opts) : criu_local_restore_child(opts);
+	notify_result = 0;
+	r = criu_call_result(req->detach ? criu_local_restore(opts)
+					 : criu_local_restore_child(opts));
 	current_notify = NULL;
 	criu_local_free_opts(opts);
 	if (r < 0)

@@ -67,6 +67,7 @@ static struct {
 	struct image_packer *packer;
 	uint64_t dump_start;
 	int result;
+	bool sealed;
 } post_dump;
 
 /* The tree is still frozen here. Only once the image is on disk may CRIU
@@ -90,6 +91,7 @@ static int on_dump_notify(const char *action)
 	if (post_dump.result == 0 && post_dump.dir)
 		post_dump.result = checkpoint_seal_image(post_dump.dir, post_dump.m,
 							 post_dump.follower, post_dump.err);
+	post_dump.sealed = post_dump.result == 0 && post_dump.dir;
 	return post_dump.result < 0 ? 1 : 0;
 }
 
@@ -111,6 +113,7 @@ static int tree_dump(struct target *t, struct manifest *m, struct stasis_error *
 	post_dump.m = m;
 	post_dump.err = err;
 	post_dump.result = 0;
+	post_dump.sealed = false;
 	post_dump.dump_start = now_usec();
 	if (fault_at("criu-dump", 0))
 		return stasis_error_set(err, EIO, STASIS_DOMAIN_CRIU, 0,
@@ -133,7 +136,15 @@ static int tree_dump(struct target *t, struct manifest *m, struct stasis_error *
 	image_follow_free(post_dump.follower);
 	image_pack_free(post_dump.packer);
 	/* CRIU reports the refused notification; the cause is ours. */
-	return post_dump.result < 0 ? post_dump.result : r;
+	if (post_dump.result < 0)
+		return post_dump.result;
+	/* CRIU died once the image was sealed, before it could kill the tree. */
+	if (r < 0 && post_dump.sealed)
+		stasis_error_hint(err,
+				  "the image in %s was sealed before: it is complete; the "
+				  "tree runs on",
+				  t->dir);
+	return r;
 }
 
 /* Migration: CRIU holds the tree frozen in its post-dump notification
