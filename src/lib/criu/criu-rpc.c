@@ -274,7 +274,8 @@ int criu_run_check(struct stasis_error **err)
 
 static criu_notify_fn current_notify;
 
-static int notify_result;
+/* The last notification's answer; -1 until one comes. */
+static int notify_result = -1;
 
 static int notify_trampoline(char *action, criu_notify_arg_t arg)
 {
@@ -283,12 +284,16 @@ static int notify_trampoline(char *action, criu_notify_arg_t arg)
 	return notify_result;
 }
 
-/* libcriu's -1 is an answer to a notification that could not be sent, where
- * stasis's callback had not refused: CRIU died while stasis worked on its
- * notification (a seal while it holds the tree takes seconds). */
+/* After a notification that stasis's callback did not refuse, libcriu's -1
+ * is the answer it could not send: CRIU died while stasis worked on it (a
+ * seal while CRIU holds the tree takes seconds). Before any, -1 is a CRIU
+ * that could not be started. */
 static int criu_call_result(int r)
 {
-	return r == -1 && notify_result == 0 ? -ECOMM : r;
+	int answered = notify_result;
+
+	notify_result = -1;
+	return r == -1 && answered == 0 ? -ECOMM : r;
 }
 
 int criu_run_dump(const struct criu_dump_request *req, struct stasis_error **err)
@@ -319,7 +324,6 @@ int criu_run_dump(const struct criu_dump_request *req, struct stasis_error **err
 	current_notify = req->notify;
 	if (req->notify)
 		criu_local_set_notify_cb(opts, notify_trampoline);
-	notify_result = 0;
 	r = criu_call_result(criu_local_dump(opts));
 	current_notify = NULL;
 	criu_local_free_opts(opts);
@@ -357,7 +361,6 @@ int criu_run_restore(const struct criu_restore_request *req, pid_t *root_out,
 		criu_local_set_notify_cb(opts, notify_trampoline);
 	/* restore_child makes the restored root our child; plain restore leaves
 	 * it to the init process (detached). */
-	notify_result = 0;
 	r = criu_call_result(req->detach ? criu_local_restore(opts)
 					 : criu_local_restore_child(opts));
 	current_notify = NULL;
