@@ -393,6 +393,7 @@ static int checkpoint_find(struct target *t, struct manifest *m, struct stasis_e
 		return r;
 	m->criu_version = r;
 	m->page_writers = criu_page_writers();
+	m->page_writer_chunks = criu_page_writer_chunks();
 	return 0;
 }
 

@@ -57,8 +57,11 @@ char *stasis_stats_json(const struct manifest *m)
 					       json_object_new_string(m->no_huge_pages_why));
 	}
 	/* Set by a checkpoint only. */
-	if (m->page_writers)
+	if (m->page_writers) {
 		json_object_object_add(root, "page_writers", json_object_new_int(m->page_writers));
+		json_object_object_add(root, "page_writer_chunks",
+				       json_object_new_boolean(m->page_writer_chunks));
+	}
 	text = strdup(json_object_to_json_string_ext(root, JSON_C_TO_STRING_PLAIN));
 	json_object_put(root);
 	return text;

@@ -48,13 +48,18 @@ struct criu_restore_request {
 const char *criu_binary(void);
 
 /* CRIU must be there; sets up the environment every CRIU run inherits
- * (CRIU_FAULT where breakpoints fail, CRIU_LIBS_DIR, CRIU_PAGE_WRITERS),
+ * (CRIU_FAULT where breakpoints fail, CRIU_LIBS_DIR, CRIU_PAGE_WRITERS,
+ * CRIU_PAGE_WRITER_CHUNKS),
  * also for CRIU runs started by a container runtime. */
 int criu_require(struct stasis_error **err);
 
 /* How many processes write a dump's pages (CRIU_PAGE_WRITERS, which
  * criu_require sets); 1 when each task's are written while it is dumped. */
 int criu_page_writers(void);
+
+/* Whether a task too big for its pipes is handed to the writers in chunks
+ * (CRIU_PAGE_WRITER_CHUNKS=1, which criu_require sets, with writers). */
+bool criu_page_writer_chunks(void);
 
 /* 40101 for 4.1.1; checks presence and minimum version. */
 int criu_version(struct stasis_error **err);

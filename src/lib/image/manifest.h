@@ -94,11 +94,13 @@ struct manifest {
 	/* At a checkpoint only, not saved: with --leave-running, why the image
 	 * was not staged in memory (a string literal), or NULL; whether the
 	 * driver's copy had transparent huge pages, and why not (a string
-	 * literal); how many processes CRIU was asked to write pages from. */
+	 * literal); how many processes CRIU was asked to write pages from, and
+	 * whether a task too big for its pipes was to be handed over in chunks. */
 	const char *unstaged_why;
 	bool huge_pages;
 	const char *no_huge_pages_why;
 	int page_writers;
+	bool page_writer_chunks;
 };
 
 void manifest_init(struct manifest *m);
