@@ -78,6 +78,8 @@ void checkpoint_fill_host_facts(struct manifest *m)
 	struct tm tm;
 
 	m->stasis_version = strdup(STASIS_VERSION);
+	m->page_writers = criu_page_writers();
+	m->page_writer_chunks = criu_page_writer_chunks();
 	gmtime_r(&now, &tm);
 	strftime(created, sizeof(created), "%Y-%m-%dT%H:%M:%SZ", &tm);
 	m->created = strdup(created);
@@ -392,8 +394,6 @@ static int checkpoint_find(struct target *t, struct manifest *m, struct stasis_e
 	if (r < 0)
 		return r;
 	m->criu_version = r;
-	m->page_writers = criu_page_writers();
-	m->page_writer_chunks = criu_page_writer_chunks();
 	return 0;
 }
 

@@ -14,7 +14,8 @@
  * its session unless shell_job: what CRIU's dump of a tree needs. */
 int checkpoint_preflight_tree(pid_t pid, bool shell_job, struct stasis_error **err);
 
-/* stasis version, time, host name and kernel into m. */
+/* stasis version, time, host name and kernel into m, and how CRIU's page
+ * writers are set up here (after criu_version(), which sets them). */
 void checkpoint_fill_host_facts(struct manifest *m);
 
 /* Which processes of m use CUDA (into batch), their GPUs, and every refusal

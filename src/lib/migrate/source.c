@@ -351,8 +351,6 @@ static int prepare(const struct stasis_migrate_options *o, struct gpu_batch *bat
 	if (r < 0)
 		return r;
 	mig.m->criu_version = r;
-	mig.m->page_writers = criu_page_writers();
-	mig.m->page_writer_chunks = criu_page_writer_chunks();
 	checkpoint_fill_host_facts(mig.m);
 	r = mig.t->ops->describe(mig.t, mig.m, err);
 	/* A tree that is its own PID namespace comes back in a new one, under
