@@ -248,7 +248,8 @@ static int restore_verified(const struct stasis_restore_options *o, struct manif
 }
 
 /* The variables stasis's CRIU plugin reads, empty until the GPU plan
- * fills them in. Made before the first thread starts (the verifier,
+ * fills them in, and CRIU's fill threads, until the image says how many
+ * processes. Made before the first thread starts (the verifier,
  * cuInit, which reads the environment all along): adding a variable
  * while another thread reads the environment can free the array under
  * it; changing a value cannot. */
@@ -256,6 +257,7 @@ static void reserve_plugin_environment(void)
 {
 	setenv("STASIS_NVIDIA_DEV_MAP", "", 1);
 	setenv("STASIS_PLUGIN_SOCKET", "", 1);
+	criu_reserve_fill_threads();
 }
 
 int stasis_restore(const struct stasis_restore_options *o, struct manifest *m, pid_t *root_out,
@@ -274,6 +276,7 @@ int stasis_restore(const struct stasis_restore_options *o, struct manifest *m, p
 	if (r < 0)
 		return r;
 	m->nphases = 0; /* from here on m carries this restore's timings */
+	criu_configure_fill_threads(m->nprocs);
 	manifest_add_phase(m, "verify", now_usec() - start);
 	if (o->thp_always) {
 		r = thp_always_begin(err);

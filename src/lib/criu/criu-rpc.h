@@ -53,6 +53,13 @@ const char *criu_binary(void);
  * also for CRIU runs started by a container runtime. */
 int criu_require(struct stasis_error **err);
 
+/* CRIU_FILL_THREADS, how many threads fill each task's memory at a
+ * restore: reserve makes the variable before any thread starts (unless the
+ * user set it), configure gives it its value for an image of nprocs
+ * processes (only where reserve made it). */
+void criu_reserve_fill_threads(void);
+void criu_configure_fill_threads(size_t nprocs);
+
 /* How many processes write a dump's pages (CRIU_PAGE_WRITERS, which
  * criu_require sets); 1 when each task's are written while it is dumped. */
 int criu_page_writers(void);
