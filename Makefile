@@ -44,8 +44,9 @@ $(DEPS_OK): scripts/deps.sh
 
 deps: $(DEPS_OK)
 
-# CRIU is built once; its own script skips the work when it is there.
-$(CRIU)/lib/libcriu.a: scripts/build-criu.sh scripts/fetch-criu.sh $(wildcard scripts/criu-patches/*.patch) | $(DEPS_OK)
+# CRIU is built once; its own script skips the work when it is there. The
+# patches' folder is there too: a patch removed changes its time alone.
+$(CRIU)/lib/libcriu.a: scripts/build-criu.sh scripts/fetch-criu.sh scripts/criu-patches $(wildcard scripts/criu-patches/*.patch) | $(DEPS_OK)
 	@./scripts/build-criu.sh $(BUILD)/downloads $(BUILD)/criu-build $(CRIU)
 	@touch $@
 
