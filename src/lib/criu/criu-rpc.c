@@ -118,10 +118,12 @@ bool criu_page_writer_chunks(void)
 /* With stasis's CRIU, a restore fills a task's large mappings from
  * several threads (CRIU_FILL_THREADS, 4 unless set). A cold image of one
  * process filled faster from 16 (the GPU machine's CPUs): w3 5.6 s against
- * 6.5 s, w1 10.9 s against 12.2 s, warm restores too. A tree's tasks fill
- * side by side, so they share the CPUs, never fewer than the 4 that trees
- * were measured with. The variable is made (empty) before any thread
- * starts, and given its value once the image says how many processes. */
+ * 6.5 s, w1 10.9 s against 12.2 s, warm restores too (6 of 8 rounds on
+ * three machines; where the disk wants no deeper queue, about the same).
+ * A tree's tasks fill side by side, so they share the CPUs, never fewer
+ * than the 4 that trees were measured with. The variable is made (empty)
+ * before any thread starts, and given its value once the image says how
+ * many processes. */
 void criu_reserve_fill_threads(void)
 {
 	if (!getenv("CRIU_FILL_THREADS"))
