@@ -78,6 +78,15 @@ const char *criu_version_string(int version, char *buf, size_t len)
 	return buf;
 }
 
+/* Sets variable name to n, held within [lo, hi]. */
+static void setenv_count(const char *name, long n, long lo, long hi)
+{
+	char s[16];
+
+	snprintf(s, sizeof(s), "%ld", n < lo ? lo : n > hi ? hi : n);
+	setenv(name, s, 1);
+}
+
 /* With stasis's CRIU, a dump of a tree writes each task's pages from a
  * process of its own while it dumps the next tasks (CRIU_PAGE_WRITERS at
  * once): one thread's copy into the page cache, not the drain, is what a
@@ -87,17 +96,11 @@ const char *criu_version_string(int version, char *buf, size_t len)
  * the next task waits: two 16 GiB processes paused 13.6 s against 18.3 s. */
 static void configure_page_writers(void)
 {
-	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-	char n[16];
-
 	if (!getenv("CRIU_PAGE_WRITER_CHUNKS"))
 		setenv("CRIU_PAGE_WRITER_CHUNKS", "1", 1);
-	if (getenv("CRIU_PAGE_WRITERS"))
-		return;
-	if (cpus > CRIU_PAGE_WRITERS_MAX)
-		cpus = CRIU_PAGE_WRITERS_MAX;
-	snprintf(n, sizeof(n), "%ld", cpus < 1 ? 1 : cpus);
-	setenv("CRIU_PAGE_WRITERS", n, 1);
+	if (!getenv("CRIU_PAGE_WRITERS"))
+		setenv_count("CRIU_PAGE_WRITERS", sysconf(_SC_NPROCESSORS_ONLN), 1,
+			     CRIU_PAGE_WRITERS_MAX);
 }
 
 int criu_page_writers(void)
@@ -133,19 +136,14 @@ void criu_reserve_fill_threads(void)
 void criu_configure_fill_threads(size_t nprocs)
 {
 	const char *set = getenv("CRIU_FILL_THREADS");
-	long n = sysconf(_SC_NPROCESSORS_ONLN) / (long)(nprocs ? nprocs : 1);
-	char s[16];
 
 	/* The user's, or not reserved: adding it now could free the
 	 * environment under another thread. */
 	if (!set || *set)
 		return;
-	if (n < CRIU_FILL_THREADS_MIN)
-		n = CRIU_FILL_THREADS_MIN;
-	if (n > CRIU_FILL_THREADS_MAX)
-		n = CRIU_FILL_THREADS_MAX;
-	snprintf(s, sizeof(s), "%ld", n);
-	setenv("CRIU_FILL_THREADS", s, 1);
+	setenv_count("CRIU_FILL_THREADS",
+		     sysconf(_SC_NPROCESSORS_ONLN) / (long)(nprocs ? nprocs : 1),
+		     CRIU_FILL_THREADS_MIN, CRIU_FILL_THREADS_MAX);
 }
 
 /* CRIU loads every plugin in its libdir. stasis does the GPU steps itself,
