@@ -153,6 +153,8 @@ static void checkpoint_pick_stage(struct target *t, struct manifest *m)
 	}
 	snprintf(t->images, sizeof(t->images), "%s", t->stage);
 	m->options.staged = true;
+	criu_stage_page_parts();
+	m->page_writer_parts = criu_page_writer_parts();
 }
 
 /* With --compress, what the compression threads have left after CRIU. */

@@ -61,6 +61,8 @@ char *stasis_stats_json(const struct manifest *m)
 		json_object_object_add(root, "page_writers", json_object_new_int(m->page_writers));
 		json_object_object_add(root, "page_writer_chunks",
 				       json_object_new_boolean(m->page_writer_chunks));
+		json_object_object_add(root, "page_writer_parts",
+				       json_object_new_boolean(m->page_writer_parts));
 	}
 	text = strdup(json_object_to_json_string_ext(root, JSON_C_TO_STRING_PLAIN));
 	json_object_put(root);

@@ -49,7 +49,7 @@ const char *criu_binary(void);
 
 /* CRIU must be there; sets up the environment every CRIU run inherits
  * (CRIU_FAULT where breakpoints fail, CRIU_LIBS_DIR, CRIU_PAGE_WRITERS,
- * CRIU_PAGE_WRITER_CHUNKS),
+ * CRIU_PAGE_WRITER_CHUNKS, CRIU_PAGE_WRITER_PARTS made empty),
  * also for CRIU runs started by a container runtime. */
 int criu_require(struct stasis_error **err);
 
@@ -67,6 +67,15 @@ int criu_page_writers(void);
 /* Whether a task too big for its pipes is handed to the writers in chunks
  * (CRIU_PAGE_WRITER_CHUNKS=1, which criu_require sets, with writers). */
 bool criu_page_writer_chunks(void);
+
+/* With stasis's CRIU and chunks, a dump staged in memory writes a big
+ * task's pages from several writers at once, each chunk after a task's
+ * first into a file of its own (CRIU_PAGE_WRITER_PARTS=1), which the
+ * staging's commit appends to its pages image (image-stage.h): one file
+ * takes one writer's copy at a time. Set by criu_stage_page_parts, for
+ * that dump only; the user's "0" keeps it off. */
+void criu_stage_page_parts(void);
+bool criu_page_writer_parts(void);
 
 /* 40101 for 4.1.1; checks presence and minimum version. */
 int criu_version(struct stasis_error **err);

@@ -104,6 +104,8 @@ void image_stage_sweep(void)
 struct staged_file {
 	char name[256];
 	int in, out;
+	int *parts; /* CRIU's parts of it, appended in order (image-stage.h) */
+	size_t nparts;
 	XXH3_state_t *state;
 	uint64_t done, flushed;	      /* copied and hashed; writeback started */
 	struct manifest_file *listed; /* its manifest entry; NULL for CRIU's log */
@@ -119,6 +121,7 @@ struct image_stager {
 	pthread_mutex_t lock;
 	size_t next, failed;
 	int error;
+	char incomplete[256]; /* a file whose parts do not add up */
 };
 
 /* Open name in the stage and create it in DIR/criu; the array may move. */
@@ -163,15 +166,32 @@ fail:;
 	return -e;
 }
 
-/* Copy f, hashed, giving back the staged memory behind it. */
-static int copy_file(struct staged_file *f, char *buf)
+bool image_stage_part(const char *name, size_t *base_len, unsigned *k)
 {
+	const char *dot = strrchr(name, '.');
+	char *end;
+	unsigned long n;
+
+	if (!dot || strncmp(dot, ".part-", 6) != 0 || dot == name || dot[6] < '1' || dot[6] > '9')
+		return false;
+	n = strtoul(dot + 6, &end, 10);
+	if (*end || n > UINT_MAX)
+		return false;
+	*base_len = (size_t)(dot - name);
+	*k = (unsigned)n;
+	return true;
+}
+
+/* Append in, hashed, to f, giving back the staged memory behind it. */
+static int copy_from(struct staged_file *f, int in, char *buf)
+{
+	uint64_t off = 0;
 	struct stat st;
 
-	if (fstat(f->in, &st) < 0)
+	if (fstat(in, &st) < 0)
 		return -errno;
-	while (f->done < (uint64_t)st.st_size) {
-		ssize_t n = pread(f->in, buf, STAGE_CHUNK, (off_t)f->done);
+	while (off < (uint64_t)st.st_size) {
+		ssize_t n = pread(in, buf, STAGE_CHUNK, (off_t)off);
 		int r;
 
 		if (n < 0 && errno == EINTR)
@@ -186,11 +206,22 @@ static int copy_file(struct staged_file *f, char *buf)
 		r = write_all(f->out, buf, (size_t)n);
 		if (r < 0)
 			return r;
-		fallocate(f->in, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)f->done, n);
+		fallocate(in, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)off, n);
+		off += (uint64_t)n;
 		f->done += (uint64_t)n;
 		f->flushed = image_flush_step(f->out, f->flushed, f->done);
 	}
 	return 0;
+}
+
+/* Copy f and its parts. */
+static int copy_file(struct staged_file *f, char *buf)
+{
+	int r = copy_from(f, f->in, buf);
+
+	for (size_t i = 0; r == 0 && i < f->nparts; i++)
+		r = copy_from(f, f->parts[i], buf);
+	return r;
 }
 
 int image_stage_start(const char *stage, const char *dir, struct image_stager **out,
@@ -225,6 +256,9 @@ void image_stage_free(struct image_stager *s)
 	for (size_t i = 0; i < s->nfiles; i++) {
 		close(s->files[i].in);
 		close(s->files[i].out);
+		for (size_t k = 0; k < s->files[i].nparts; k++)
+			close(s->files[i].parts[k]);
+		free(s->files[i].parts);
 		if (s->files[i].state)
 			XXH3_freeState(s->files[i].state);
 	}
@@ -266,22 +300,137 @@ static void *commit_worker(void *arg)
 	}
 }
 
-/* Every staged file, then each its manifest entry unless it is a log. */
+/* The staged file whose name is name's first len bytes, or NULL. */
+static struct staged_file *find_file(struct image_stager *s, const char *name, size_t len)
+{
+	for (size_t i = 0; i < s->nfiles; i++)
+		if (strlen(s->files[i].name) == len && strncmp(s->files[i].name, name, len) == 0)
+			return &s->files[i];
+	return NULL;
+}
+
+/* A part CRIU left in the stage: NAME.part-K, for the staged file NAME. */
+struct staged_part {
+	char name[256];
+	unsigned k;
+	struct staged_file *of;
+};
+
+/* Every part in the stage, each with its file (NULL where it has none),
+ * into *out; how many, or -errno. */
+static ssize_t find_parts(struct image_stager *s, struct staged_part **out)
+{
+	struct staged_part *parts = NULL;
+	size_t n = 0, cap = 0, len;
+	struct dirent *de;
+	unsigned k;
+
+	rewinddir(s->scan);
+	while ((de = readdir(s->scan))) {
+		if (de->d_type != DT_REG || !image_stage_part(de->d_name, &len, &k))
+			continue;
+		if (n == cap) {
+			struct staged_part *grown;
+
+			cap = cap ? 2 * cap : 16;
+			grown = realloc(parts, cap * sizeof(*parts));
+			if (!grown) {
+				free(parts);
+				return -ENOMEM;
+			}
+			parts = grown;
+		}
+		snprintf(parts[n].name, sizeof(parts[n].name), "%s", de->d_name);
+		parts[n].k = k;
+		parts[n].of = find_file(s, de->d_name, len);
+		n++;
+	}
+	*out = parts;
+	return (ssize_t)n;
+}
+
+/* Open each part as its file's k-th. */
+static int open_parts(struct image_stager *s, struct staged_part *parts, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		struct staged_file *f = parts[i].of;
+
+		if (parts[i].k > f->nparts)
+			f->nparts = parts[i].k;
+	}
+	for (size_t i = 0; i < s->nfiles; i++) {
+		struct staged_file *f = &s->files[i];
+
+		if (!f->nparts)
+			continue;
+		f->parts = malloc(f->nparts * sizeof(*f->parts));
+		if (!f->parts) {
+			f->nparts = 0;
+			return -ENOMEM;
+		}
+		for (size_t j = 0; j < f->nparts; j++)
+			f->parts[j] = -1;
+	}
+	for (size_t i = 0; i < n; i++) {
+		int *fd = &parts[i].of->parts[parts[i].k - 1];
+
+		*fd = openat(s->from, parts[i].name, O_RDWR | O_CLOEXEC);
+		if (*fd < 0)
+			return -errno;
+	}
+	return 0;
+}
+
+/* Each part to its file; a part without its file, or a gap in a file's
+ * parts, is an image CRIU did not finish: -EBADMSG, naming it. */
+static int list_parts(struct image_stager *s)
+{
+	struct staged_part *parts;
+	ssize_t n = find_parts(s, &parts);
+	int r = 0;
+
+	if (n < 0)
+		return (int)n;
+	for (ssize_t i = 0; i < n && r == 0; i++)
+		if (!parts[i].of) {
+			snprintf(s->incomplete, sizeof(s->incomplete), "%s", parts[i].name);
+			r = -EBADMSG;
+		}
+	if (r == 0)
+		r = open_parts(s, parts, (size_t)n);
+	free(parts);
+	for (size_t i = 0; i < s->nfiles && r == 0; i++)
+		for (size_t j = 0; j < s->files[i].nparts; j++)
+			if (s->files[i].parts[j] < 0) {
+				snprintf(s->incomplete, sizeof(s->incomplete), "%s",
+					 s->files[i].name);
+				r = -EBADMSG;
+				break;
+			}
+	return r;
+}
+
+/* Every staged file with its parts, then each its manifest entry unless it
+ * is a log. */
 static int list_files(struct image_stager *s, struct manifest *m)
 {
 	struct dirent *de;
 	size_t first = m->nfiles;
+	unsigned k;
+	size_t len;
+	int r;
 
 	rewinddir(s->scan); /* opened before CRIU wrote the files */
 	while ((de = readdir(s->scan))) {
-		int r;
-
-		if (de->d_type != DT_REG)
+		if (de->d_type != DT_REG || image_stage_part(de->d_name, &len, &k))
 			continue;
 		r = add_file(s, de->d_name);
 		if (r < 0)
 			return r;
 	}
+	r = list_parts(s);
+	if (r < 0)
+		return r;
 	/* Pointed to once all are added: adding one may move the array. */
 	for (size_t i = 0; i < s->nfiles; i++) {
 		struct manifest_file *mf;
@@ -327,6 +476,12 @@ int image_stage_commit(struct image_stager *s, struct manifest *m, struct stasis
 	int r;
 
 	r = list_files(s, m);
+	if (r < 0 && s->incomplete[0])
+		return stasis_error_errno(
+		    err, -r,
+		    "the image CRIU staged is incomplete: %s, in parts, has one "
+		    "missing or no file of its own: %s",
+		    s->incomplete, strerror(-r));
 	if (r == 0)
 		r = copy_files(s);
 	if (r < 0 && s->error)

@@ -31,9 +31,15 @@ int image_stage_start(const char *stage, const char *dir, struct image_stager **
 
 /* Once CRIU is done: copy every staged file to DIR/criu, several at once,
  * checksumming on the way into m's file list and freeing the staged bytes
- * as they are written; then flush DIR to disk. SIGINT/SIGTERM stop it
- * with EINTR. */
+ * as they are written; then flush DIR to disk. A file CRIU wrote in parts
+ * (NAME, then NAME.part-1, NAME.part-2, ...: criu_stage_page_parts) is
+ * written as one, its parts appended in order; a part without its file, or
+ * a gap, fails it. SIGINT/SIGTERM stop it with EINTR. */
 int image_stage_commit(struct image_stager *s, struct manifest *m, struct stasis_error **err);
+
+/* Whether name is part k of the file named by its first base_len bytes
+ * (NAME.part-K, K from 1). */
+bool image_stage_part(const char *name, size_t *base_len, unsigned *k);
 
 /* Free s; NULL is fine. */
 void image_stage_free(struct image_stager *s);

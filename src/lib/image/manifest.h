@@ -94,13 +94,16 @@ struct manifest {
 	/* At a checkpoint only, not saved: with --leave-running, why the image
 	 * was not staged in memory (a string literal), or NULL; whether the
 	 * driver's copy had transparent huge pages, and why not (a string
-	 * literal); how many processes CRIU was asked to write pages from, and
-	 * whether a task too big for its pipes was to be handed over in chunks. */
+	 * literal); how many processes CRIU was asked to write pages from,
+	 * whether a task too big for its pipes was to be handed over in chunks,
+	 * and whether a big task's chunks were written side by side, in parts
+	 * (a staged image only). */
 	const char *unstaged_why;
 	bool huge_pages;
 	const char *no_huge_pages_why;
 	int page_writers;
 	bool page_writer_chunks;
+	bool page_writer_parts;
 };
 
 void manifest_init(struct manifest *m);
