@@ -12,6 +12,7 @@
 #include <unistd.h>
 #include <linux/magic.h>
 
+#include "criu-rpc.h"
 #include "nvml.h"
 #include "proc.h"
 #include "util.h"
@@ -193,16 +194,19 @@ void preflight_image_estimate(const struct manifest *m, struct image_estimate *e
 	for (size_t i = 0; i < m->nprocs; i++) {
 		char path[64];
 		_cleanup_free_ char *status = NULL;
-		uint64_t s;
+		uint64_t s, anon, gpu = m->procs[i].cuda ? m->procs[i].gpu_bytes : 0;
 
 		snprintf(path, sizeof(path), "/proc/%d/status", (int)m->procs[i].pid);
 		status = read_file_str(path, NULL);
 		s = status_bytes(status, "RssShmem:");
-		if (m->procs[i].cuda)
-			e->gpu += m->procs[i].gpu_bytes;
+		anon = status_bytes(status, "RssAnon:");
+		e->gpu += gpu;
 		/* Private memory is saved per process, shared memory once. */
-		e->host += status_bytes(status, "RssAnon:");
+		e->host += anon;
 		shmem = s > shmem ? s : shmem;
+		/* The driver's copy lands in the process's own memory. */
+		if (anon + gpu > e->largest)
+			e->largest = anon + gpu;
 	}
 	e->host += shmem;
 	e->total = e->gpu + e->host;
@@ -266,10 +270,12 @@ const char *preflight_stage_decide(const struct image_estimate *e, const struct 
 	/* The driver's copy of the GPU state takes its share of the machine's
 	 * memory first; it is charged to the workload's cgroup, not stasis's. */
 	uint64_t dirtyable = f->available > e->gpu ? f->available - e->gpu : 0;
+	bool in_parts = f->part_bytes && e->largest >= f->part_bytes;
 
 	if (f->own_room < dirtyable)
 		dirtyable = f->own_room;
-	if (!forced && e->total <= preflight_dirty_limit(f->dirty_bytes, f->dirty_ratio, dirtyable))
+	if (!forced && !in_parts &&
+	    e->total <= preflight_dirty_limit(f->dirty_bytes, f->dirty_ratio, dirtyable))
 		return "the page cache takes the image below the dirty limit";
 	if (f->stage_room < e->total)
 		return "not enough room in the staging folder";
@@ -309,5 +315,6 @@ const char *preflight_stage(const struct manifest *m, const char *dir, const cha
 	f.dirty_bytes = read_file_u64("/proc/sys/vm/dirty_bytes", 0);
 	f.dirty_ratio = (unsigned int)read_file_u64("/proc/sys/vm/dirty_ratio", 20);
 	f.stage_room = (uint64_t)stage_vfs.f_bavail * stage_vfs.f_frsize;
+	f.part_bytes = criu_page_part_bytes();
 	return preflight_stage_decide(&e, &f, forced);
 }

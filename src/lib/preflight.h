@@ -31,6 +31,7 @@ uint64_t preflight_mem_available(void);
  * 5% margin and PREFLIGHT_IMAGE_SLACK for CRIU's other images. */
 struct image_estimate {
 	uint64_t gpu, host, total;
+	uint64_t largest; /* the biggest process's host and GPU memory */
 };
 #define PREFLIGHT_IMAGE_SLACK (64ull << 20)
 
@@ -54,11 +55,14 @@ struct stage_facts {
 	uint64_t dirty_bytes;	  /* vm.dirty_bytes */
 	unsigned int dirty_ratio; /* vm.dirty_ratio */
 	uint64_t stage_room;	  /* free in the staging folder */
+	uint64_t part_bytes;	  /* criu_page_part_bytes() */
 };
 
 /* NULL where an image of e is staged, else why not. Unless forced, an
  * image the page cache takes below the dirty limit is not staged: CRIU
- * writes it as fast as into tmpfs, and the disk starts on it at once. */
+ * writes it as fast as into tmpfs, and the disk starts on it at once;
+ * unless a process is big enough for its pages to go in parts, which
+ * only a staged dump writes (part_bytes, 0 for never). */
 const char *preflight_stage_decide(const struct image_estimate *e, const struct stage_facts *f,
 				   bool forced);
 

@@ -76,6 +76,17 @@ static void stage_decisions(void **state)
 	f.own_room = 200 * GIB;
 	f.dirty_bytes = 1 * GIB;
 	assert_null(preflight_stage_decide(&w1, &f, false));
+	/* Below the dirty limit, a process whose pages go in parts (8 writers
+	 * of 64 MiB) is staged; one smaller, or no parts, is not. */
+	f.dirty_bytes = 0;
+	w1.largest = 17 * GIB;
+	f.part_bytes = 512ull << 20;
+	assert_null(preflight_stage_decide(&w1, &f, false));
+	w1.largest = 511ull << 20;
+	assert_string_equal(preflight_stage_decide(&w1, &f, false), page_cache);
+	w1.largest = 17 * GIB;
+	f.part_bytes = 0;
+	assert_string_equal(preflight_stage_decide(&w1, &f, false), page_cache);
 }
 
 /* Without CUDA processes there is nothing to check. */

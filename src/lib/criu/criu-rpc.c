@@ -22,6 +22,9 @@
 #define CRIU_LOG_LEVEL 4
 /* Eight were measured on the GPU machine (16 CPUs); more were not. */
 #define CRIU_PAGE_WRITERS_MAX 8
+/* CRIU's PAGE_PART_MIN_BYTES (the patch's): a writer's share of a task
+ * below it is not worth a chunk of its own. */
+#define CRIU_PAGE_PART_MIN_BYTES (64ull << 20)
 /* CRIU's own default and the most its fill takes */
 #define CRIU_FILL_THREADS_MIN 4
 #define CRIU_FILL_THREADS_MAX 16
@@ -119,6 +122,13 @@ void criu_stage_page_parts(void)
 {
 	if (page_parts_made && criu_page_writer_chunks())
 		setenv("CRIU_PAGE_WRITER_PARTS", "1", 1);
+}
+
+uint64_t criu_page_part_bytes(void)
+{
+	return page_parts_made && criu_page_writer_chunks()
+		   ? (uint64_t)criu_page_writers() * CRIU_PAGE_PART_MIN_BYTES
+		   : 0;
 }
 
 bool criu_page_writer_parts(void)

@@ -5,6 +5,7 @@
 #define STASIS_CRIU_H
 
 #include <stdbool.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 #include "error.h"
@@ -76,6 +77,14 @@ bool criu_page_writer_chunks(void);
  * that dump only; the user's "0" keeps it off. */
 void criu_stage_page_parts(void);
 bool criu_page_writer_parts(void);
+
+/* The size from which a process's pages go in parts once staged: its
+ * share of the writers is a chunk of its own from 64 MiB on. 0 where
+ * parts cannot be had (no chunks, or the user's "0"). On the GPU machine
+ * an 8.8 GB PyTorch job, which the page cache took below the dirty limit,
+ * was frozen 1.19 s staged in 8 parts against 3.39 s written to disk
+ * through one file (its pause 5.1 s against 7.4 s). */
+uint64_t criu_page_part_bytes(void);
 
 /* 40101 for 4.1.1; checks presence and minimum version. */
 int criu_version(struct stasis_error **err);
