@@ -270,6 +270,7 @@ int stasis_restore(const struct stasis_restore_options *o, struct manifest *m, p
 	reserve_plugin_environment();
 	r = stasis_require_root(err);
 	if (r == 0) {
+		criu_prepare_environment();
 		image_stage_sweep();
 		r = image_open_begin(o->dir, m, &verifier, err);
 	}

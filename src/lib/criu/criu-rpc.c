@@ -202,6 +202,11 @@ static void configure_environment(void)
 		setenv("CRIU_LIBS_DIR", dir, 1);
 }
 
+void criu_prepare_environment(void)
+{
+	configure_environment();
+}
+
 /* The CRIU binary must be there; CRIU's environment is set up for it. */
 int criu_require(struct stasis_error **err)
 {

@@ -54,6 +54,11 @@ const char *criu_binary(void);
  * also for CRIU runs started by a container runtime. */
 int criu_require(struct stasis_error **err);
 
+/* That environment alone, for a caller that starts threads before it asks
+ * for CRIU (a restore's verifier): adding a variable while another thread
+ * reads the environment can free the array under it. */
+void criu_prepare_environment(void);
+
 /* CRIU_FILL_THREADS, how many threads fill each task's memory at a
  * restore: reserve makes the variable before any thread starts (unless the
  * user set it), configure gives it its value for an image of nprocs

@@ -256,7 +256,7 @@ void image_stage_free(struct image_stager *s)
 	for (size_t i = 0; i < s->nfiles; i++) {
 		close(s->files[i].in);
 		close(s->files[i].out);
-		for (size_t k = 0; k < s->files[i].nparts; k++)
+		for (size_t k = 0; s->files[i].parts && k < s->files[i].nparts; k++)
 			close(s->files[i].parts[k]);
 		free(s->files[i].parts);
 		if (s->files[i].state)
@@ -479,9 +479,9 @@ int image_stage_commit(struct image_stager *s, struct manifest *m, struct stasis
 	if (r < 0 && s->incomplete[0])
 		return stasis_error_errno(
 		    err, -r,
-		    "the image CRIU staged is incomplete: %s, in parts, has one "
-		    "missing or no file of its own: %s",
-		    s->incomplete, strerror(-r));
+		    "the image CRIU staged is incomplete: %s (a file in parts with "
+		    "one missing, or a part without its file)",
+		    s->incomplete);
 	if (r == 0)
 		r = copy_files(s);
 	if (r < 0 && s->error)
