@@ -269,8 +269,15 @@ int stasis_restore(const struct stasis_restore_options *o, struct manifest *m, p
 
 	reserve_plugin_environment();
 	r = stasis_require_root(err);
+	/* Before the verifier's thread starts: CRIU's environment is made
+	 * then (a variable added while another thread reads the environment
+	 * can free the array under it), and CRIU is started before eight
+	 * readers fill the disk's queue. A cold restore's preflight, which
+	 * asked CRIU after them, took 0.22 s (one process) and 0.97 s (two
+	 * GPUs), against 20 ms from a warm page cache. */
+	if (r == 0 && criu_version(err) < 0)
+		r = -EIO;
 	if (r == 0) {
-		criu_prepare_environment();
 		image_stage_sweep();
 		r = image_open_begin(o->dir, m, &verifier, err);
 	}

@@ -202,11 +202,6 @@ static void configure_environment(void)
 		setenv("CRIU_LIBS_DIR", dir, 1);
 }
 
-void criu_prepare_environment(void)
-{
-	configure_environment();
-}
-
 /* The CRIU binary must be there; CRIU's environment is set up for it. */
 int criu_require(struct stasis_error **err)
 {
@@ -238,10 +233,15 @@ static int new_opts(criu_opts **opts, struct stasis_error **err)
 
 int criu_version(struct stasis_error **err)
 {
+	static int known; /* the binary does not change under a run */
 	criu_opts *opts = NULL;
 	char have[32], need[32];
 	int version, r;
 
+	if (known) {
+		r = criu_require(err);
+		return r < 0 ? r : known;
+	}
 	r = new_opts(&opts, err);
 	if (r < 0)
 		return r;
@@ -257,6 +257,7 @@ int criu_version(struct stasis_error **err)
 				 criu_version_string(CRIU_MIN_VERSION, need, sizeof(need)));
 		return stasis_error_hint(err, "build CRIU 4.x with 'make'");
 	}
+	known = version;
 	return version;
 }
 

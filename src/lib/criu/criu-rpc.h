@@ -54,11 +54,6 @@ const char *criu_binary(void);
  * also for CRIU runs started by a container runtime. */
 int criu_require(struct stasis_error **err);
 
-/* That environment alone, for a caller that starts threads before it asks
- * for CRIU (a restore's verifier): adding a variable while another thread
- * reads the environment can free the array under it. */
-void criu_prepare_environment(void);
-
 /* CRIU_FILL_THREADS, how many threads fill each task's memory at a
  * restore: reserve makes the variable before any thread starts (unless the
  * user set it), configure gives it its value for an image of nprocs
@@ -91,7 +86,8 @@ bool criu_page_writer_parts(void);
  * through one file (its pause 5.1 s against 7.4 s). */
 uint64_t criu_page_part_bytes(void);
 
-/* 40101 for 4.1.1; checks presence and minimum version. */
+/* 40101 for 4.1.1; checks presence and minimum version (asked of the
+ * binary once a run), and sets up CRIU's environment as criu_require. */
 int criu_version(struct stasis_error **err);
 
 /* "4.1.1" for 40101 into buf. */
