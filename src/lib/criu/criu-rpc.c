@@ -118,17 +118,22 @@ static void configure_page_writers(void)
 	}
 }
 
+/* Whether a staged dump may have parts: made off by stasis (not the
+ * user's "0"), with chunks. */
+static bool page_parts_possible(void)
+{
+	return page_parts_made && criu_page_writer_chunks();
+}
+
 void criu_stage_page_parts(void)
 {
-	if (page_parts_made && criu_page_writer_chunks())
+	if (page_parts_possible())
 		setenv("CRIU_PAGE_WRITER_PARTS", "1", 1);
 }
 
 uint64_t criu_page_part_bytes(void)
 {
-	return page_parts_made && criu_page_writer_chunks()
-		   ? (uint64_t)criu_page_writers() * CRIU_PAGE_PART_MIN_BYTES
-		   : 0;
+	return page_parts_possible() ? (uint64_t)criu_page_writers() * CRIU_PAGE_PART_MIN_BYTES : 0;
 }
 
 bool criu_page_writer_parts(void)
