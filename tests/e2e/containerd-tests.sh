@@ -78,7 +78,8 @@ make_rootfs() {
 	for a in sh sleep mv; do ln -sf busybox "$1/bin/$a"; done
 }
 
-COUNTER_SCRIPT='i=0; while :; do i=$((i+1)); echo $i > /state.tmp; mv /state.tmp /state; echo tick $i >> /log; sleep 0.02; done'
+# It appends its count to /state (see make_bundle).
+COUNTER_SCRIPT='i=0; while :; do i=$((i+1)); echo $i >> /state; echo tick $i >> /log; sleep 0.02; done'
 
 # ctrd_start ID ROOTFS: a running container that counts.
 ctrd_start() {
