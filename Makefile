@@ -31,7 +31,7 @@ UNIT_SRC  := $(wildcard tests/unit/test-*.c)
 UNIT_BIN  := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
 FAKE_CUDA := $(BUILD)/fake/libcuda.so.1
-WORKLOADS := $(BUILD)/bin/fake-cuda-worker
+WORKLOADS := $(BUILD)/bin/fake-cuda-worker $(BUILD)/bin/hostile-peer
 # stasis's CRIU plugin, found by stasis at ../lib/stasis/criu from its binary.
 PLUGIN    := $(BUILD)/lib/stasis/criu/stasis_nvidia.so
 
@@ -86,6 +86,11 @@ $(FAKE_CUDA): tests/fake-cuda/fake-cuda.c tests/fake-cuda/fake-state.h
 $(BUILD)/bin/fake-cuda-worker: tests/fake-cuda/fake-cuda-worker.c tests/fake-cuda/fake-state.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $<
+
+# A peer that breaks the migration protocol on purpose, for the e2e tests.
+$(BUILD)/bin/hostile-peer: tests/hostile/hostile-peer.c $(LIB_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
 unit: $(UNIT_BIN) $(FAKE_CUDA)
 	@./tests/unit/run $(UNIT_BIN)

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 #include <getopt.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -8,29 +9,29 @@
 #include "manifest.h"
 #include "util.h"
 
-static void print_processes(const struct manifest *m)
+static void print_processes(FILE *out, const struct manifest *m)
 {
 	char size[32];
 
-	printf("processes    %zu\n", m->nprocs);
-	printf("  %-8s %-8s %-5s %-10s %s\n", "PID", "PPID", "CUDA", "GPU MEM", "COMMAND");
+	fprintf(out, "processes    %zu\n", m->nprocs);
+	fprintf(out, "  %-8s %-8s %-5s %-10s %s\n", "PID", "PPID", "CUDA", "GPU MEM", "COMMAND");
 	for (size_t i = 0; i < m->nprocs; i++) {
 		const struct manifest_process *p = &m->procs[i];
 
-		printf("  %-8d %-8d %-5s %-10s %s\n", (int)p->pid, (int)p->ppid,
-		       p->cuda ? "yes" : "no",
-		       p->cuda ? format_bytes(p->gpu_bytes, size, sizeof(size)) : "-",
-		       p->cmdline && *p->cmdline ? p->cmdline : p->comm);
+		fprintf(out, "  %-8d %-8d %-5s %-10s %s\n", (int)p->pid, (int)p->ppid,
+			p->cuda ? "yes" : "no",
+			p->cuda ? format_bytes(p->gpu_bytes, size, sizeof(size)) : "-",
+			p->cmdline && *p->cmdline ? p->cmdline : p->comm);
 	}
 }
 
-static void print_gpus(const struct manifest *m)
+static void print_gpus(FILE *out, const struct manifest *m)
 {
 	char size[32];
 
 	if (!m->ngpus)
 		return;
-	printf("gpus         %zu\n", m->ngpus);
+	fprintf(out, "gpus         %zu\n", m->ngpus);
 	for (size_t i = 0; i < m->ngpus; i++) {
 		const struct manifest_gpu *g = &m->gpus[i];
 		size_t users = 0;
@@ -38,48 +39,74 @@ static void print_gpus(const struct manifest *m)
 		for (size_t p = 0; p < m->nprocs; p++)
 			for (size_t j = 0; j < m->procs[p].ngpus; j++)
 				users += m->procs[p].gpus[j] == (int)i;
-		printf("  %d %s %s (%s, %s), used by %zu process%s\n", g->index, g->uuid, g->name,
-		       g->chip, format_bytes(g->memory_total, size, sizeof(size)), users,
-		       users == 1 ? "" : "es");
+		fprintf(out, "  %d %s %s (%s, %s), used by %zu process%s\n", g->index, g->uuid,
+			g->name, g->chip, format_bytes(g->memory_total, size, sizeof(size)), users,
+			users == 1 ? "" : "es");
 	}
 }
 
-static void print_human(const char *dir, const struct manifest *m)
+static void print_human(FILE *out, const char *dir, const struct manifest *m)
 {
 	char size[32], criu[32];
 	const struct manifest_options *o = &m->options;
 
-	printf("image        %s (format %d)\n", dir, m->format_version);
-	printf("created      %s on %s, kernel %s\n", m->created ? m->created : "?",
-	       m->hostname ? m->hostname : "?", m->kernel ? m->kernel : "?");
-	printf("versions     stasis %s, CRIU %s", m->stasis_version ? m->stasis_version : "?",
-	       criu_version_string(m->criu_version, criu, sizeof(criu)));
+	fprintf(out, "image        %s (format %d)\n", dir, m->format_version);
+	fprintf(out, "created      %s on %s, kernel %s\n", m->created ? m->created : "?",
+		m->hostname ? m->hostname : "?", m->kernel ? m->kernel : "?");
+	fprintf(out, "versions     stasis %s, CRIU %s", m->stasis_version ? m->stasis_version : "?",
+		criu_version_string(m->criu_version, criu, sizeof(criu)));
 	if (m->cuda_driver_version)
-		printf(", CUDA driver %d.%d", m->cuda_driver_version / 1000,
-		       m->cuda_driver_version % 1000 / 10);
+		fprintf(out, ", CUDA driver %d.%d", m->cuda_driver_version / 1000,
+			m->cuda_driver_version % 1000 / 10);
 	if (m->nvidia_driver)
-		printf(", NVIDIA %s", m->nvidia_driver);
-	printf("\noptions      %s%s%s%s\n", o->leave_running ? "leave-running " : "",
-	       o->shell_job ? "shell-job " : "", o->tcp_established ? "tcp-established " : "",
-	       !o->leave_running && !o->shell_job && !o->tcp_established ? "none" : "");
+		fprintf(out, ", NVIDIA %s", m->nvidia_driver);
+	fprintf(out, "\noptions      %s%s%s%s\n", o->leave_running ? "leave-running " : "",
+		o->shell_job ? "shell-job " : "", o->tcp_established ? "tcp-established " : "",
+		!o->leave_running && !o->shell_job && !o->tcp_established ? "none" : "");
 	if (m->container.runtime)
-		printf("container    %s '%s', bundle %s%s\n", m->container.runtime, m->container.id,
-		       m->container.bundle ? m->container.bundle : "?",
-		       m->container.spec ? ", OCI spec kept" : "");
+		fprintf(out, "container    %s '%s', bundle %s%s\n", m->container.runtime,
+			m->container.id, m->container.bundle ? m->container.bundle : "?",
+			m->container.spec ? ", OCI spec kept" : "");
 	if (m->container.image)
-		printf("image        %s%s%s, %s snapshot, its changes in rootfs-diff.tar\n",
-		       m->container.image, m->container.image_digest ? " " : "",
-		       m->container.image_digest ? m->container.image_digest : "",
-		       m->container.snapshotter ? m->container.snapshotter : "?");
-	print_processes(m);
-	print_gpus(m);
-	printf("size         %s in %zu files\n", format_bytes(m->image_bytes, size, sizeof(size)),
-	       m->nfiles);
-	printf("timings (ms)");
+		fprintf(out, "image        %s%s%s, %s snapshot, its changes in rootfs-diff.tar\n",
+			m->container.image, m->container.image_digest ? " " : "",
+			m->container.image_digest ? m->container.image_digest : "",
+			m->container.snapshotter ? m->container.snapshotter : "?");
+	print_processes(out, m);
+	print_gpus(out, m);
+	fprintf(out, "size         %s in %zu files\n",
+		format_bytes(m->image_bytes, size, sizeof(size)), m->nfiles);
+	fprintf(out, "timings (ms)");
 	for (size_t i = 0; i < m->nphases; i++)
-		printf(" %s %.1f%s", m->phases[i].name, (double)m->phases[i].usec / 1000.0,
-		       i + 1 < m->nphases ? "," : "");
-	printf("\n");
+		fprintf(out, " %s %.1f%s", m->phases[i].name, (double)m->phases[i].usec / 1000.0,
+			i + 1 < m->nphases ? "," : "");
+	fprintf(out, "\n");
+}
+
+/* The manifest is input: what it says reaches the terminal as printable
+ * ASCII only, so that no escape sequence in a command line or a name
+ * plays on the terminal of whoever inspects it. */
+static void put_printable(const char *text, size_t len)
+{
+	for (size_t i = 0; i < len; i++) {
+		unsigned char c = (unsigned char)text[i];
+
+		putchar(c == '\n' || (c >= 0x20 && c < 0x7f) ? c : '?');
+	}
+}
+
+static int print_human_safely(const char *dir, const struct manifest *m)
+{
+	_cleanup_free_ char *text = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&text, &len);
+
+	if (!f)
+		return -1;
+	print_human(f, dir, m);
+	fclose(f);
+	put_printable(text, len);
+	return 0;
 }
 
 int cmd_inspect(int argc, char **argv)
@@ -110,8 +137,10 @@ int cmd_inspect(int argc, char **argv)
 		_cleanup_free_ char *text = manifest_to_json(&m, true);
 
 		printf("%s\n", text);
-	} else {
-		print_human(argv[optind], &m);
+	} else if (print_human_safely(argv[optind], &m) < 0) {
+		manifest_free(&m);
+		fprintf(stderr, "stasis inspect: out of memory\n");
+		return EXIT_FAILED;
 	}
 	manifest_free(&m);
 	return EXIT_OK;

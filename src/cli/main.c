@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "note.h"
 #include "runc-wrap.h"
 #include "stasis.h"
 
@@ -221,6 +222,12 @@ int cmd_help(int argc, char **argv)
 	return EXIT_OK;
 }
 
+/* What the library did beside the command: one line each on stderr. */
+static void print_note(const char *text)
+{
+	fprintf(stderr, "stasis: %s\n", text);
+}
+
 static int print_version(void)
 {
 	printf("stasis %s\nfeatures: criu-rpc cuda-checkpoint-api nvml gpu-remap "
@@ -250,6 +257,7 @@ int main(int argc, char **argv)
 		return cmd_help(1, argv);
 	if (strcmp(argv[1], "__demo-workload") == 0)
 		return demo_workload_main(argc - 1, argv + 1);
+	stasis_set_note_handler(print_note);
 	c = find_command(argv[1]);
 	if (!c) {
 		fprintf(stderr, "stasis: unknown command '%s' (see 'stasis help')\n", argv[1]);

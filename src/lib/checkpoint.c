@@ -29,28 +29,6 @@
 #include "thp.h"
 #include "util.h"
 
-static volatile sig_atomic_t interrupted;
-
-static void on_interrupt(int sig)
-{
-	(void)sig;
-	interrupted = 1;
-}
-
-void stasis_install_interrupt_handlers(void)
-{
-	struct sigaction sa = {.sa_handler = on_interrupt};
-
-	sigemptyset(&sa.sa_mask);
-	sigaction(SIGINT, &sa, NULL);
-	sigaction(SIGTERM, &sa, NULL);
-}
-
-bool stasis_interrupted(void)
-{
-	return interrupted;
-}
-
 int stasis_require_root(struct stasis_error **err)
 {
 	if (geteuid() == 0)
@@ -64,7 +42,7 @@ int checkpoint_check_interrupted(const char *fault, const char *step, struct sta
 {
 	if (fault_at(fault, 0))
 		raise(SIGTERM);
-	if (!interrupted)
+	if (!stasis_interrupted())
 		return 0;
 	return stasis_error_set(err, EINTR, STASIS_DOMAIN_SYSTEM, EINTR,
 				"interrupted by a signal before %s", step);
@@ -465,6 +443,11 @@ int stasis_checkpoint(const struct stasis_checkpoint_options *o, struct manifest
 	r = stasis_require_root(err);
 	if (r == 0)
 		r = target_for_runtime(o->runtime, &t.ops, err);
+	if (r == 0 && o->runtime)
+		r = target_check_name(o->runtime, "container id", o->container ? o->container : "",
+				      err);
+	if (r == 0 && o->runtime && o->namespace)
+		r = target_check_name("containerd", "namespace", o->namespace, err);
 	if (r == 0 && o->thp_always)
 		r = thp_always_begin(err);
 	if (r < 0)

@@ -231,9 +231,10 @@ static int restore_verified(const struct stasis_restore_options *o, struct manif
 	if (r == 0 && m->options.compress && !t.ops->compresses)
 		r = stasis_error_set(err, ENOTSUP, STASIS_DOMAIN_USAGE, 0,
 				     "a compressed %s image cannot be restored", t.ops->runtime);
+	if (r == 0)
+		r = target_restore_names(&t, m, err);
 	if (r < 0)
 		return r;
-	target_restore_names(&t, m);
 	if (!t.ops->verifies_in_restore ||
 	    (m->options.compress && !image_verifier_serves(verifier))) {
 		progress_begin(m->options.compress ? "decompressing the image"

@@ -226,6 +226,7 @@ static void verifier_catches_changed_pages(void **state)
 	(void)state;
 	manifest_init(&m);
 	manifest_add_process(&m)->pid = 7;
+	write_chunk("inventory.img", 1, 16, O_TRUNC);
 	assert_int_equal(image_checksum(dir, &m, NULL, &err), 0);
 	assert_int_equal(manifest_write(dir, &m, &err), 0);
 	manifest_init(&opened);

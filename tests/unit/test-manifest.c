@@ -157,6 +157,9 @@ static void write_and_verify(void **state)
 	assert_non_null(mkdtemp(dir));
 	rmdir(dir);
 	assert_int_equal(image_prepare(dir, &err), 1); /* made it */
+	snprintf(path, sizeof(path), "%s/criu/inventory.img", dir);
+	f = fopen(path, "w");
+	fclose(f);
 	snprintf(path, sizeof(path), "%s/criu/pages-1.img", dir);
 	f = fopen(path, "w");
 	fputs("some pages", f);
@@ -249,9 +252,78 @@ static void missing_manifest(void **state)
 	stasis_error_free(err);
 }
 
+/* Names a manifest may list: the image's own files, one component below
+ * its CRIU folder; nothing absolute, nothing that climbs, nothing hidden. */
+static void file_names(void **state)
+{
+	(void)state;
+	assert_true(manifest_file_name_ok("criu/pages-1.img"));
+	assert_true(manifest_file_name_ok("criu/pages-1.img.zst"));
+	assert_true(manifest_file_name_ok("criu/rootfs-diff.tar"));
+	assert_false(manifest_file_name_ok("/etc/passwd"));
+	assert_false(manifest_file_name_ok("criu/../../etc/passwd"));
+	assert_false(manifest_file_name_ok("criu/a/b"));
+	assert_false(manifest_file_name_ok("criu/.hidden"));
+	assert_false(manifest_file_name_ok("criu/"));
+	assert_false(manifest_file_name_ok("pages-1.img"));
+	assert_false(manifest_file_name_ok("criu/x\x1b[2J"));
+}
+
+/* A manifest is input: a list of files without CRIU's inventory, more
+ * phases than stasis records, a file name outside the image are refused. */
+static void hostile_manifests(void **state)
+{
+	static const char *refused[] = {
+	    "{\"format_version\":1,\"processes\":[{\"pid\":5,\"ppid\":1}],\"files\":"
+	    "[{\"name\":\"/etc/shadow\",\"size\":1,\"xxh128\":"
+	    "\"0123456789abcdef0123456789abcdef\"}]}",
+	    "{\"format_version\":1,\"processes\":[{\"pid\":5,\"ppid\":1}],\"files\":"
+	    "[{\"name\":\"criu/x\",\"size\":1,\"xxh128\":\"not-hex-not-hex-not-hex-not-hex-\"}]}",
+	};
+	struct stasis_error *err = NULL;
+	struct manifest m;
+	char *many;
+	size_t len = 0;
+	FILE *f;
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
+		manifest_init(&m);
+		assert_int_equal(manifest_from_json(refused[i], &m, &err), -EINVAL);
+		stasis_error_free(err);
+		err = NULL;
+		manifest_free(&m);
+	}
+	manifest_init(&m);
+	assert_int_equal(manifest_from_json("{\"format_version\":1,\"processes\":[{\"pid\":5,"
+					    "\"ppid\":1}],\"files\":[]}",
+					    &m, &err),
+			 0);
+	assert_int_equal(manifest_check_complete(&m, &err), -EINVAL);
+	assert_non_null(strstr(err->message, "inventory"));
+	stasis_error_free(err);
+	err = NULL;
+	manifest_free(&m);
+	f = open_memstream(&many, &len);
+	fputs("{\"format_version\":1,\"processes\":[{\"pid\":5,\"ppid\":1}],\"files\":[],"
+	      "\"phases_us\":{",
+	      f);
+	for (int i = 0; i < 100000; i++)
+		fprintf(f, "%s\"p%d\":1", i ? "," : "", i);
+	fputs("}}", f);
+	fclose(f);
+	manifest_init(&m);
+	assert_int_equal(manifest_from_json(many, &m, &err), -EINVAL);
+	assert_non_null(strstr(err->message, "more phases"));
+	stasis_error_free(err);
+	manifest_free(&m);
+	free(many);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(file_names),	cmocka_unit_test(hostile_manifests),
 	    cmocka_unit_test(roundtrip),	cmocka_unit_test(rejects_bad_manifests),
 	    cmocka_unit_test(write_and_verify), cmocka_unit_test(discard_after_failure),
 	    cmocka_unit_test(missing_manifest),

@@ -103,12 +103,14 @@ static void key_file(void **state)
 
 	(void)state;
 	assert_true(fd >= 0);
-	/* Trailing newlines are not secret: 32 bytes and a newline pass. */
-	assert_int_equal(write(fd, "0123456789abcdef0123456789abcdef\n", 33), 33);
+	/* A key is bytes: 31 random ones and a line end are 32 of secret,
+	 * taken whole (a random key ends so 1 time in 128). */
+	assert_int_equal(write(fd, "0123456789abcdef0123456789abcd\r\n", 32), 32);
 	close(fd);
 	chmod(path, 0600);
 	assert_int_equal(wire_key_load(path, &key, &len, &err), 0);
 	assert_int_equal(len, 32);
+	assert_memory_equal(key + 30, "\r\n", 2);
 	free(key);
 	chmod(path, 0604);
 	assert_int_equal(wire_key_load(path, &key, &len, NULL), -EPERM);

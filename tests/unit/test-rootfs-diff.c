@@ -199,6 +199,26 @@ static void cut_short(void **state)
 	assert_int_equal(apply("missing.tar"), -ENOENT);
 }
 
+/* A device node in the diff is refused, and the error names it whole
+ * (a shadowed length once cut it to "/: unknown"). */
+static void refuses_device_nodes(void **state)
+{
+	struct stasis_error *err = NULL;
+	char tar[4096], root[4096];
+
+	make_base();
+	sh("cd %s/layer && mkdir -p dev && mknod dev/sda-copy b 8 0 && chmod 666 dev/sda-copy && "
+	   "tar -cf ../dev.tar dev/sda-copy",
+	   dir);
+	snprintf(tar, sizeof(tar), "%s/dev.tar", dir);
+	snprintf(root, sizeof(root), "%s/root", dir);
+	assert_true(rootfs_diff_apply(tar, root, &err) < 0);
+	assert_non_null(err);
+	assert_non_null(strstr(err->message, "/dev/sda-copy: a device node"));
+	assert_false(exists("root/dev/sda-copy"));
+	stasis_error_free(err);
+}
+
 static int setup(void **state)
 {
 	return mkdtemp(dir) ? 0 : -1;
@@ -220,6 +240,7 @@ int main(void)
 	    cmocka_unit_test(type_changes),
 	    cmocka_unit_test(stays_inside_root),
 	    cmocka_unit_test(cut_short),
+	    cmocka_unit_test(refuses_device_nodes),
 	};
 
 	if (geteuid() != 0) {

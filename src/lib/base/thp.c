@@ -43,7 +43,8 @@ static int read_mode(char *mode, size_t len)
 
 static int write_str(const char *path, const char *text)
 {
-	_cleanup_close_ int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	_cleanup_close_ int fd =
+	    open(path, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
 
 	if (fd < 0)
 		return -errno;

@@ -108,7 +108,7 @@ int write_file_atomic(const char *dir, const char *name, const char *data, size_
 
 	snprintf(tmp, sizeof(tmp), "%s/.%s.tmp", dir, name);
 	snprintf(final, sizeof(final), "%s/%s", dir, name);
-	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
 	if (fd < 0)
 		return -errno;
 	r = write_all(fd, data, len);
@@ -140,11 +140,11 @@ int mkdir_p(const char *path)
 		if (*p != '/')
 			continue;
 		*p = '\0';
-		if (mkdir(buf, 0755) < 0 && errno != EEXIST)
+		if (mkdir(buf, 0700) < 0 && errno != EEXIST)
 			return -errno;
 		*p = '/';
 	}
-	if (mkdir(buf, 0755) < 0 && errno != EEXIST)
+	if (mkdir(buf, 0700) < 0 && errno != EEXIST)
 		return -errno;
 	return 0;
 }
@@ -167,33 +167,82 @@ int dir_is_empty(const char *path)
 	return r;
 }
 
-int remove_dir_tree(const char *path)
+/* Empty the folder open at fd: entries are looked at without following a
+ * link, and a folder on another file system (a mount point) is left alone,
+ * so that no link or mount planted below leads the removal elsewhere. */
+static int empty_dir_at(int fd, dev_t dev)
 {
-	DIR *d = opendir(path);
+	DIR *d = fdopendir(fd);
 	struct dirent *de;
 	int r = 0;
 
-	if (!d)
+	if (!d) {
+		close(fd);
 		return -errno;
+	}
 	while ((de = readdir(d))) {
-		char sub[PATH_MAX];
-		int s;
+		struct stat st;
+		int s = 0;
 
 		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
 			continue;
-		/* A runtime's work folder inside a staging folder. */
-		if (de->d_type == DT_DIR) {
-			snprintf(sub, sizeof(sub), "%s/%s", path, de->d_name);
-			s = remove_dir_tree(sub);
-			if (s < 0 && r == 0)
-				r = s;
-		} else if (unlinkat(dirfd(d), de->d_name, 0) < 0 && r == 0)
-			r = -errno;
+		if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+			s = errno == ENOENT ? 0 : -errno;
+		else if (S_ISDIR(st.st_mode))
+			s = remove_dir_at(dirfd(d), de->d_name, dev);
+		else if (unlinkat(dirfd(d), de->d_name, 0) < 0 && errno != ENOENT)
+			s = -errno;
+		if (s < 0 && r == 0)
+			r = s;
 	}
 	closedir(d);
-	if (rmdir(path) < 0 && r == 0)
+	return r;
+}
+
+int remove_dir_at(int parent, const char *name, dev_t dev)
+{
+	int fd = openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	struct stat st;
+	int r;
+
+	if (fd < 0)
+		return -errno;
+	r = fstat(fd, &st) < 0 ? -errno : st.st_dev != dev ? -EXDEV : 0;
+	if (r < 0) {
+		close(fd);
+		return r;
+	}
+	r = empty_dir_at(fd, dev);
+	if (unlinkat(parent, name, AT_REMOVEDIR) < 0 && r == 0)
 		r = -errno;
 	return r;
+}
+
+int remove_dir_tree(const char *path)
+{
+	_cleanup_free_ char *copy = strdup(path);
+	_cleanup_close_ int parent = -1;
+	char *slash = copy ? strrchr(copy, '/') : NULL;
+	const char *name = path;
+	struct stat st;
+
+	if (!copy)
+		return -ENOMEM;
+	/* The folder's own name is not followed either: only what leads to
+	 * it (a staging root such as /dev/shm, an image folder's parents). */
+	if (slash) {
+		*slash = '\0';
+		name = slash + 1;
+		parent = open(slash == copy ? "/" : copy, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	} else
+		parent = open(".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (parent < 0)
+		return -errno;
+	if (fstatat(parent, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+		return -errno;
+	if (!S_ISDIR(st.st_mode))
+		return -ENOTDIR;
+	return remove_dir_at(parent, name, st.st_dev);
 }
 
 /* The bytes of in from *done on into out, through a buffer: for copies
@@ -220,14 +269,14 @@ static int copy_by_reading(int in, int out, off_t *done, off_t size)
 
 int copy_file_at(int from_dirfd, const char *name, int to_dirfd)
 {
-	_cleanup_close_ int in = openat(from_dirfd, name, O_RDONLY | O_CLOEXEC);
+	_cleanup_close_ int in = openat(from_dirfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
 	_cleanup_close_ int out = -1;
 	struct stat st;
 	off_t done = 0;
 
 	if (in < 0 || fstat(in, &st) < 0)
 		return -errno;
-	out = openat(to_dirfd, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, st.st_mode & 0777);
+	out = openat(to_dirfd, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
 	if (out < 0)
 		return -errno;
 	while (done < st.st_size) {

@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/types.h>
 #include <unistd.h>
 
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
@@ -72,16 +73,23 @@ int write_all(int fd, const void *buf, size_t len);
 /* Write a file atomically: temp file, fsync, rename, fsync of the folder. */
 int write_file_atomic(const char *dir, const char *name, const char *data, size_t len);
 
-/* mkdir -p with mode 0755; -errno on failure. */
+/* mkdir -p; every folder it makes is root's only (0700): what stasis
+ * keeps holds processes' memory. -errno on failure. */
 int mkdir_p(const char *path);
 
 /* 0 if the directory holds nothing, 1 if it holds something, -errno. */
 int dir_is_empty(const char *path);
 
 /* Remove a folder and everything in it (a staging folder holds files and a
- * runtime's work folder; symbolic links are removed, not followed); -errno
- * of the first failure. */
+ * runtime's work folder). Nothing is followed: a symbolic link, the
+ * folder's own name included, is removed or refused (-ENOTDIR), never
+ * entered, and a folder of another file system below it is left (-EXDEV);
+ * -errno of the first failure. */
 int remove_dir_tree(const char *path);
+
+/* The same for the folder name in the folder open at parent, which must be
+ * on the file system dev. */
+int remove_dir_at(int parent, const char *name, dev_t dev);
 
 /* Copy the regular file name from one folder into another (new there). */
 int copy_file_at(int from_dirfd, const char *name, int to_dirfd);

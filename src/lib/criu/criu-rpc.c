@@ -16,6 +16,7 @@
 #include "breakpoints.h"
 #include "devfiles.h"
 #include "exec.h"
+#include "interrupt.h"
 #include "lock.h"
 #include "util.h"
 
@@ -319,6 +320,13 @@ static int criu_failure(struct stasis_error **err, const char *what, int ret, co
 	struct statvfs fs;
 
 	snprintf(log_path, sizeof(log_path), "%s/%s", dir, log_file);
+	if (ret == -ECOMM && stasis_interrupted()) {
+		/* Ctrl-C reaches CRIU too (one process group): the user's own
+		 * stop, not a crash. */
+		stasis_error_set(err, EINTR, STASIS_DOMAIN_CRIU, ret,
+				 "criu %s was interrupted by a signal (Ctrl-C or SIGTERM)", what);
+		return stasis_error_hint(err, "its log: %s", log_path);
+	}
 	if (ret == -ECOMM) {
 		/* The socket closed without an answer: CRIU was killed, by a
 		 * signal or the OOM killer. Its log stops where it died. */
@@ -364,6 +372,31 @@ int criu_run_check(struct stasis_error **err)
 				*last_line(out) ? last_line(out) : "no output");
 }
 
+/* CRIU opens its log by name in its work folder and follows a link there:
+ * stasis makes it first, a new regular file of root's alone, so that CRIU
+ * writes where stasis means it to, and a folder CRIU could not write its
+ * log in is said so before CRIU starts. */
+static int make_log(int workfd, const char *work, const char *name, struct stasis_error **err)
+{
+	int fd;
+
+	if (unlinkat(workfd, name, 0) < 0 && errno != ENOENT && errno != EROFS)
+		return stasis_error_errno(err, errno, "removing the old %s/%s: %s", work, name,
+					  strerror(errno));
+	fd = openat(workfd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (fd < 0) {
+		stasis_error_errno(err, errno, "cannot create CRIU's log %s/%s: %s", work, name,
+				   strerror(errno));
+		return stasis_error_hint(err,
+					 errno == EROFS || errno == EACCES
+					     ? "restore from a copy of the image in a writable "
+					       "folder"
+					     : "check the folder");
+	}
+	close(fd);
+	return 0;
+}
+
 static criu_notify_fn current_notify;
 
 /* The last notification's answer; -1 until one comes. */
@@ -399,7 +432,9 @@ int criu_run_dump(const struct criu_dump_request *req, struct stasis_error **err
 	if (dirfd < 0 || workfd < 0)
 		return stasis_error_errno(err, errno, "opening %s: %s",
 					  dirfd < 0 ? req->images_dir : work, strerror(errno));
-	r = new_opts(&opts, err);
+	r = make_log(workfd, work, req->log_file, err);
+	if (r == 0)
+		r = new_opts(&opts, err);
 	if (r < 0)
 		return r;
 	criu_local_set_pid(opts, req->pid);
@@ -436,7 +471,9 @@ int criu_run_restore(const struct criu_restore_request *req, pid_t *root_out,
 		return stasis_error_errno(err, errno, "opening %s: %s",
 					  dirfd < 0 ? req->images_dir : req->work_dir,
 					  strerror(errno));
-	r = new_opts(&opts, err);
+	r = make_log(workfd, req->work_dir, req->log_file, err);
+	if (r == 0)
+		r = new_opts(&opts, err);
 	if (r < 0)
 		return r;
 	criu_local_set_images_dir_fd(opts, dirfd);

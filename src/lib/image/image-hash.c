@@ -6,6 +6,8 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "image.h"
 #include "util.h"
@@ -31,6 +33,22 @@ bool image_is_pages_file(const char *name)
 bool image_is_packed_file(const char *name)
 {
 	return pages_named(name, ".img" IMAGE_PACKED_SUFFIX);
+}
+
+int image_open_file(int dirfd, const char *name)
+{
+	int fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+	struct stat st;
+
+	if (fd < 0)
+		return -errno;
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+		close(fd);
+		return -EINVAL;
+	}
+	/* Read as a file is: O_NONBLOCK was for what is not one. */
+	fcntl(fd, F_SETFL, 0);
+	return fd;
 }
 
 bool image_is_log_file(const char *name)
@@ -118,13 +136,13 @@ bool hash_skip_all_but_pages(const struct manifest_file *f)
 
 static int hash_file(int dirfd, struct manifest_file *f, char *buf, const atomic_bool *cancel)
 {
-	_cleanup_close_ int fd = openat(dirfd, f->name, O_RDONLY | O_CLOEXEC);
+	_cleanup_close_ int fd = image_open_file(dirfd, f->name);
 	XXH3_state_t *state;
 	uint64_t size = 0;
 	int r;
 
 	if (fd < 0)
-		return -errno;
+		return fd;
 	state = XXH3_createState();
 	if (!state)
 		return -ENOMEM;

@@ -20,6 +20,10 @@ bool image_is_pages_file(const char *name);
 bool image_is_packed_file(const char *name);
 /* CRIU's log (NAME.log): kept beside the image, not part of it. */
 bool image_is_log_file(const char *name);
+/* Open an image file named in a manifest for reading, relative to the
+ * image folder: a link is not followed, and anything but a regular file (a
+ * FIFO, a device) is refused with -EINVAL, without blocking on it. */
+int image_open_file(int dirfd, const char *name);
 
 /* Pass each pages image in d to add(ctx, name), which skips those it has
  * already; a file gone meanwhile (-ENOENT) is no error. For following a

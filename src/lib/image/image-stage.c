@@ -25,6 +25,7 @@
 #include "image-pack.h"
 #include "image-stage.h"
 #include "image.h"
+#include "note.h"
 #include "stasis.h"
 #include "util.h"
 
@@ -76,26 +77,73 @@ static void unmount_below(const char *path)
 			umount2(point, MNT_DETACH);
 }
 
+/* The bytes of the files below the folder open at fd, not following. */
+static uint64_t tree_bytes(int fd)
+{
+	DIR *d = fdopendir(fd);
+	struct dirent *de;
+	uint64_t sum = 0;
+
+	if (!d) {
+		close(fd);
+		return 0;
+	}
+	while ((de = readdir(d))) {
+		struct stat st;
+		int sub;
+
+		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..") ||
+		    fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+			continue;
+		if (S_ISREG(st.st_mode))
+			sum += (uint64_t)st.st_blocks * 512u;
+		else if (S_ISDIR(st.st_mode) &&
+			 (sub = openat(dirfd(d), de->d_name,
+				       O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) >= 0)
+			sum += tree_bytes(sub);
+	}
+	closedir(d);
+	return sum;
+}
+
+/* Only a folder stasis made (root's, 0700, as mkdtemp makes it) is taken
+ * for a killed run's: the staging root is writable by everyone, and a
+ * link or folder another user planted under a staging name is left. */
+static bool made_by_stasis(int rootfd, const char *name, struct stat *st)
+{
+	return fstatat(rootfd, name, st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st->st_mode) &&
+	       st->st_uid == geteuid() && (st->st_mode & 07777) == 0700;
+}
+
 void image_stage_sweep(void)
 {
 	char root[PATH_MAX];
+	_cleanup_close_ int rootfd = -1;
 	DIR *d;
 	struct dirent *de;
 
 	/* Resolved, as mount points are listed. */
 	if (!realpath(image_stage_root(), root))
 		return;
-	d = opendir(root);
+	rootfd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	d = rootfd >= 0 ? opendir(root) : NULL;
 
 	while (d && (de = readdir(d))) {
 		pid_t owner = stage_owner(de->d_name);
-		char path[PATH_MAX];
+		char path[PATH_MAX], size[32];
+		struct stat st;
+		int fd;
 
-		if (!owner || kill(owner, 0) == 0 || errno != ESRCH)
+		if (!owner || kill(owner, 0) == 0 || errno != ESRCH ||
+		    !made_by_stasis(rootfd, de->d_name, &st))
 			continue;
 		snprintf(path, sizeof(path), "%s/%s", root, de->d_name);
 		unmount_below(path);
-		remove_dir_tree(path);
+		fd = openat(rootfd, de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		format_bytes(fd >= 0 ? tree_bytes(fd) : 0, size, sizeof(size));
+		if (remove_dir_at(rootfd, de->d_name, st.st_dev) == 0)
+			stasis_note("removed %s (%s), left by stasis PID %d, which was killed",
+				    path, size, (int)owner);
 	}
 	if (d)
 		closedir(d);
@@ -145,7 +193,7 @@ static int add_file(struct image_stager *s, const char *name)
 	f->in = openat(s->from, name, O_RDWR | O_CLOEXEC);
 	if (f->in < 0 || fstat(f->in, &st) < 0)
 		goto fail;
-	f->out = openat(s->to, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, st.st_mode & 0777);
+	f->out = openat(s->to, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
 	if (f->out < 0)
 		goto fail;
 	f->state = XXH3_createState();

@@ -19,7 +19,8 @@
 int image_stage_make(char out[PATH_MAX], struct stasis_error **err);
 
 /* Remove the staging folders of stasis runs that are gone (killed before
- * they could clean up); they hold whole images in memory. */
+ * they could clean up); they hold whole images in memory. Only folders
+ * that stasis made are taken (root's, 0700); each removal is a note. */
 void image_stage_sweep(void);
 
 /* Writes a staged image to its folder once the workload runs again. */

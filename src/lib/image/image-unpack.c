@@ -403,11 +403,11 @@ static int unpack_file(struct unpacker *u, size_t index)
 
 	f.map = u->sink->maps[index];
 	f.state = XXH3_createState();
-	f.in = openat(u->dirfd, mf->name, O_RDONLY | O_CLOEXEC);
+	f.in = image_open_file(u->dirfd, mf->name);
 	if (!f.state)
 		r = -ENOMEM;
 	else if (f.in < 0)
-		r = -errno;
+		r = f.in;
 	if (r == 0) {
 		XXH3_128bits_reset(f.state);
 		r = read_frames(u, &f);

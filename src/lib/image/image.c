@@ -24,6 +24,52 @@
 #include "progress.h"
 #include "util.h"
 
+/* A folder that an image is written into or restored from must be root's
+ * and writable by root alone: whoever else can write there can plant a link
+ * where stasis or CRIU writes, read what a careless mode lets out, or swap
+ * a file between its check and CRIU's read. */
+static int check_owned(const char *path, const struct stat *st, struct stasis_error **err)
+{
+	if (!S_ISDIR(st->st_mode)) {
+		stasis_error_set(err, ENOTDIR, STASIS_DOMAIN_USAGE, 0, "%s is not a directory",
+				 path);
+		return stasis_error_hint(err, "give a directory");
+	}
+	if (st->st_uid != geteuid()) {
+		stasis_error_set(
+		    err, EPERM, STASIS_DOMAIN_USAGE, 0,
+		    "%s belongs to uid %u, not to root: another user controls what is in it", path,
+		    (unsigned int)st->st_uid);
+		return stasis_error_hint(err, "use a folder that only root can write (copy an "
+					      "image there to restore it)");
+	}
+	if (st->st_mode & 022) {
+		stasis_error_set(err, EPERM, STASIS_DOMAIN_USAGE, 0,
+				 "%s is writable by group or others (mode %04o)", path,
+				 (unsigned int)(st->st_mode & 07777));
+		return stasis_error_hint(err, "chmod go-w %s, or use a folder only root can write",
+					 path);
+	}
+	return 0;
+}
+
+int image_check_folder(const char *dir, struct stasis_error **err)
+{
+	char sub[PATH_MAX];
+	struct stat st;
+	int r;
+
+	if (stat(dir, &st) < 0)
+		return stasis_error_errno(err, errno, "image directory %s: %s", dir,
+					  strerror(errno));
+	r = check_owned(dir, &st, err);
+	snprintf(sub, sizeof(sub), "%s/%s", dir, IMAGE_CRIU_SUBDIR);
+	/* Its CRIU folder is not followed: a link there is someone's plant. */
+	if (r == 0 && lstat(sub, &st) == 0)
+		r = check_owned(sub, &st, err);
+	return r;
+}
+
 int image_prepare(const char *dir, struct stasis_error **err)
 {
 	char sub[4096];
@@ -38,10 +84,15 @@ int image_prepare(const char *dir, struct stasis_error **err)
 	if (r < 0 && r != -ENOENT)
 		return stasis_error_errno(err, -r, "image directory %s: %s", dir, strerror(-r));
 	made = r == -ENOENT;
+	if (!made && (r = image_check_folder(dir, err)) < 0)
+		return r;
 	snprintf(sub, sizeof(sub), "%s/%s", dir, IMAGE_CRIU_SUBDIR);
 	r = mkdir_p(sub);
 	if (r < 0)
 		return stasis_error_errno(err, -r, "creating %s: %s", sub, strerror(-r));
+	/* Made just now by someone else, between the look and the mkdir. */
+	if (made && (r = image_check_folder(dir, err)) < 0)
+		return r;
 	return made;
 }
 
@@ -397,12 +448,99 @@ static int verify_result(struct image_verifier *v, struct stasis_error **err)
 	return compare_files(v->dir, v->m, v->actual, err);
 }
 
+static int unlisted(const char *dir, const char *sub, const char *name, const char *what,
+		    struct stasis_error **err)
+{
+	stasis_error_set(err, EBADMSG, STASIS_DOMAIN_IMAGE, 0,
+			 "%s/%s%s%s is %s: not part of the image its manifest lists", dir, sub,
+			 *sub ? "/" : "", name, what);
+	return stasis_error_hint(err, "remove it, or checkpoint again into an empty directory");
+}
+
+/* Sorted names, for the image folder's check against its list. */
+static int compare_names(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* What CRIU writes into its folder after the image is sealed, and never
+ * reads back: its statistics. */
+static bool criu_writes_only(const char *name)
+{
+	return !strcmp(name, "stats-dump") || !strcmp(name, "stats-restore");
+}
+
+/* Everything in the image's CRIU folder is a regular file the manifest
+ * lists (or a log or CRIU's statistics, which CRIU writes and never reads): CRIU restores
+ * whatever it finds there, so a file that is not checked must not be
+ * there. Beside it only the manifest, logs and a runtime's work folders. */
+static int check_listed(const char *dir, const struct manifest *m, struct stasis_error **err)
+{
+	char sub[PATH_MAX];
+	_cleanup_free_ char **names = calloc(m->nfiles + 1, sizeof(char *));
+	DIR *d;
+	struct dirent *de;
+	int r = 0;
+
+	if (!names)
+		return stasis_error_errno(err, ENOMEM, "out of memory");
+	for (size_t i = 0; i < m->nfiles; i++)
+		names[i] = m->files[i].name + strlen(IMAGE_FILES_DIR "/");
+	qsort(names, m->nfiles, sizeof(char *), compare_names);
+	snprintf(sub, sizeof(sub), "%s/%s", dir, IMAGE_FILES_DIR);
+	d = opendir(sub);
+	if (!d)
+		return stasis_error_errno(err, errno, "opening %s: %s", sub, strerror(errno));
+	while (r == 0 && (de = readdir(d))) {
+		const char *name = de->d_name;
+		struct stat st;
+
+		if (!strcmp(name, ".") || !strcmp(name, ".."))
+			continue;
+		if (fstatat(dirfd(d), name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+			r = stasis_error_errno(err, errno, "%s/%s: %s", sub, name, strerror(errno));
+		else if (!S_ISREG(st.st_mode))
+			r = unlisted(dir, IMAGE_FILES_DIR, name, "not a regular file", err);
+		else if (!image_is_log_file(name) && !criu_writes_only(name) &&
+			 !bsearch(&name, names, m->nfiles, sizeof(char *), compare_names))
+			r = unlisted(dir, IMAGE_FILES_DIR, name, "a file", err);
+	}
+	closedir(d);
+	d = r == 0 ? opendir(dir) : NULL;
+	while (d && r == 0 && (de = readdir(d))) {
+		const char *name = de->d_name;
+		struct stat st;
+
+		if (!strcmp(name, ".") || !strcmp(name, "..") || !strcmp(name, IMAGE_FILES_DIR))
+			continue;
+		if (fstatat(dirfd(d), name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+			continue;
+		if (S_ISREG(st.st_mode) && (!strcmp(name, MANIFEST_NAME) ||
+					    image_is_log_file(name) || criu_writes_only(name)))
+			continue;
+		/* A runtime's work folder: runc's, or a restore's. */
+		if (S_ISDIR(st.st_mode) && (!strcmp(name, "runc") || !strncmp(name, "restore-", 8)))
+			continue;
+		r = unlisted(dir, "", name, S_ISREG(st.st_mode) ? "a file" : "not a regular file",
+			     err);
+	}
+	if (d)
+		closedir(d);
+	return r;
+}
+
 int image_open_begin(const char *dir, struct manifest *m, struct image_verifier **out,
 		     struct stasis_error **err)
 {
 	struct image_verifier *v;
-	int r = manifest_read(dir, m, err);
+	int r = image_check_folder(dir, err);
 
+	if (r == 0)
+		r = manifest_read(dir, m, err);
+	if (r == 0)
+		r = manifest_check_complete(m, err);
+	if (r == 0)
+		r = check_listed(dir, m, err);
 	if (r < 0)
 		return r;
 	v = calloc(1, sizeof(*v));

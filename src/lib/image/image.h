@@ -13,9 +13,15 @@
 /* Added to the name of a compressed pages image. */
 #define IMAGE_PACKED_SUFFIX ".zst"
 
-/* DIR must not exist or be empty; creates DIR and DIR/criu. 1 when it
- * made DIR, 0 when DIR was there (empty), or an error. */
+/* DIR must not exist or be empty, and when it exists be root's and
+ * writable by root alone; creates DIR and DIR/criu (0700). 1 when it made
+ * DIR, 0 when DIR was there (empty), or an error. */
 int image_prepare(const char *dir, struct stasis_error **err);
+
+/* An image folder and its CRIU folder are root's, writable by root alone,
+ * and the CRIU folder is no link; else an error that names the owner or
+ * mode. Restore refuses anything else before it reads a file. */
+int image_check_folder(const char *dir, struct stasis_error **err);
 
 /* After a checkpoint failed: frees what it wrote into a DIR that
  * image_prepare accepted (made: it made DIR), keeping CRIU's logs, which

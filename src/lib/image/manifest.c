@@ -1,11 +1,15 @@
 /* SPDX-License-Identifier: MIT */
 #include "manifest.h"
 
+#include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <json-c/json.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "util.h"
 
@@ -412,20 +416,45 @@ static int decode_container(json_object *root, struct manifest *m, struct stasis
 	return 0;
 }
 
+bool manifest_file_name_ok(const char *name)
+{
+	const char *base = name + strlen(IMAGE_FILES_DIR "/");
+
+	if (strncmp(name, IMAGE_FILES_DIR "/", strlen(IMAGE_FILES_DIR "/")) != 0 ||
+	    !isalnum((unsigned char)base[0]) || strlen(base) > 255)
+		return false;
+	for (const char *c = base; *c; c++)
+		if (!isalnum((unsigned char)*c) && !strchr("._+-", *c))
+			return false;
+	return true;
+}
+
+static bool hex_ok(const char *s, size_t len)
+{
+	if (strlen(s) != len)
+		return false;
+	for (size_t i = 0; i < len; i++)
+		if (!isxdigit((unsigned char)s[i]))
+			return false;
+	return true;
+}
+
 static int decode_files(json_object *root, struct manifest *m, struct stasis_error **err)
 {
 	json_object *arr = field(root, "files", json_type_array);
 
 	if (!arr)
 		return corrupt(err, "no file list");
+	if (json_object_array_length(arr) > MANIFEST_MAX_FILES)
+		return corrupt(err, "more files than an image has");
 	for (size_t i = 0; i < json_object_array_length(arr); i++) {
 		json_object *o = json_object_array_get_idx(arr, i);
 		json_object *name = field(o, "name", json_type_string);
 		json_object *hash = field(o, "xxh128", json_type_string);
 		struct manifest_file *f;
 
-		if (!name || !hash || json_object_get_string_len(hash) != 32 ||
-		    strstr(json_object_get_string(name), ".."))
+		if (!name || !hash || !hex_ok(json_object_get_string(hash), 32) ||
+		    !manifest_file_name_ok(json_object_get_string(name)))
 			return corrupt(err, "a file entry without a valid name or checksum");
 		f = manifest_add_file(m);
 		if (!f)
@@ -437,6 +466,17 @@ static int decode_files(json_object *root, struct manifest *m, struct stasis_err
 		get_u64(o, "unpacked_size", &f->unpacked_size);
 	}
 	return 0;
+}
+
+int manifest_check_complete(const struct manifest *m, struct stasis_error **err)
+{
+	/* Without its inventory CRIU has nothing to restore: a list without it
+	 * is not an image's, however it verifies. */
+	for (size_t i = 0; i < m->nfiles; i++)
+		if (strcmp(m->files[i].name, IMAGE_FILES_DIR "/inventory.img") == 0)
+			return 0;
+	corrupt(err, "its file list has no CRIU inventory (criu/inventory.img)");
+	return stasis_error_hint(err, "the image is damaged, or not stasis's");
 }
 
 static int decode(json_object *root, struct manifest *m, struct stasis_error **err)
@@ -483,6 +523,8 @@ static int decode(json_object *root, struct manifest *m, struct stasis_error **e
 	procs = field(root, "processes", json_type_array);
 	if (!procs || json_object_array_length(procs) == 0)
 		return corrupt(err, "no processes");
+	if (json_object_array_length(procs) > MANIFEST_MAX_PROCESSES)
+		return corrupt(err, "more processes than stasis checkpoints");
 	for (size_t i = 0; i < json_object_array_length(procs); i++) {
 		r = decode_process(json_object_array_get_idx(procs, i), m, err);
 		if (r < 0)
@@ -491,6 +533,8 @@ static int decode(json_object *root, struct manifest *m, struct stasis_error **e
 	if (!manifest_root(m))
 		return corrupt(err, "the process tree has no root");
 	if ((phases = field(root, "phases_us", json_type_object))) {
+		if (json_object_object_length(phases) > MANIFEST_MAX_PHASES)
+			return corrupt(err, "more phases than stasis records");
 		json_object_object_foreach (phases, key, val) {
 			if (json_object_is_type(val, json_type_int))
 				manifest_add_phase(m, key, json_object_get_uint64(val));
@@ -538,6 +582,45 @@ int manifest_write(const char *dir, const struct manifest *m, struct stasis_erro
 	return 0;
 }
 
+/* The manifest's text: a regular file of the image folder, not followed,
+ * and no bigger than a manifest gets (a FIFO, a device or /dev/zero
+ * planted there must neither hang nor fill memory). */
+static int read_manifest_text(const char *path, char **out, struct stasis_error **err)
+{
+	_cleanup_close_ int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+	_cleanup_free_ char *text = NULL;
+	struct stat st;
+	size_t got = 0;
+
+	if (fd < 0 || fstat(fd, &st) < 0)
+		return stasis_error_errno(err, errno, "reading %s: %s", path, strerror(errno));
+	if (!S_ISREG(st.st_mode) || st.st_size > MANIFEST_MAX_BYTES) {
+		stasis_error_set(err, EINVAL, STASIS_DOMAIN_IMAGE, 0, "%s is %s", path,
+				 S_ISREG(st.st_mode) ? "bigger than a manifest gets"
+						     : "not a regular file");
+		return stasis_error_hint(err, "the image is damaged, or not stasis's");
+	}
+	text = malloc((size_t)st.st_size + 1);
+	while (text && got < (size_t)st.st_size) {
+		ssize_t n = read(fd, text + got, (size_t)st.st_size - got);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			break;
+		got += (size_t)n;
+	}
+	if (!text || got != (size_t)st.st_size)
+		return stasis_error_errno(err, text ? EIO : ENOMEM, "reading %s: %s", path,
+					  text ? "it changed while it was read" : "out of memory");
+	text[got] = '\0';
+	if (memchr(text, '\0', got))
+		return stasis_error_set(err, EINVAL, STASIS_DOMAIN_IMAGE, 0, "%s is not text",
+					path);
+	*out = TAKE_PTR(text);
+	return 0;
+}
+
 int manifest_read(const char *dir, struct manifest *m, struct stasis_error **err)
 {
 	char path[4096];
@@ -545,16 +628,15 @@ int manifest_read(const char *dir, struct manifest *m, struct stasis_error **err
 	int r;
 
 	snprintf(path, sizeof(path), "%s/%s", dir, MANIFEST_NAME);
-	text = read_file_str(path, NULL);
-	if (!text) {
-		if (errno == ENOENT) {
-			stasis_error_set(err, ENOENT, STASIS_DOMAIN_IMAGE, 0,
-					 "%s has no %s: not a stasis image, or an incomplete one",
-					 dir, MANIFEST_NAME);
-			return stasis_error_hint(err, "checkpoint again into an empty directory");
-		}
-		return stasis_error_errno(err, errno, "reading %s: %s", path, strerror(errno));
+	if (access(path, F_OK) < 0 && errno == ENOENT) {
+		stasis_error_set(err, ENOENT, STASIS_DOMAIN_IMAGE, 0,
+				 "%s has no %s: not a stasis image, or an incomplete one", dir,
+				 MANIFEST_NAME);
+		return stasis_error_hint(err, "checkpoint again into an empty directory");
 	}
+	r = read_manifest_text(path, &text, err);
+	if (r < 0)
+		return r;
 	r = manifest_from_json(text, m, err);
 	if (r < 0)
 		return stasis_error_wrap(err, "%s", path);

@@ -13,6 +13,14 @@
 #define MANIFEST_NAME "manifest.json"
 #define MANIFEST_FORMAT_VERSION 1
 #define MANIFEST_MAX_PROCESS_GPUS 16
+/* Bounds on what a manifest may hold: a manifest is input, and its parse
+ * must stay quick and small whatever a file there says. */
+#define MANIFEST_MAX_BYTES (16u << 20)
+#define MANIFEST_MAX_PROCESSES 8192
+#define MANIFEST_MAX_PHASES 256
+#define MANIFEST_MAX_FILES 65536
+/* The folder of an image that holds its files (CRIU's and stasis's). */
+#define IMAGE_FILES_DIR "criu"
 
 struct manifest_gpu {
 	int index;
@@ -115,6 +123,14 @@ bool manifest_has_phase(const struct manifest *m, const char *name);
 struct manifest_process *manifest_add_process(struct manifest *m);
 struct manifest_gpu *manifest_add_gpu(struct manifest *m);
 struct manifest_file *manifest_add_file(struct manifest *m);
+
+/* An image file's name as a manifest may list it: "criu/NAME", NAME one
+ * component of letters, digits and "._+-", not starting with a dot. */
+bool manifest_file_name_ok(const char *name);
+
+/* The manifest of a whole image lists CRIU's inventory (a manifest sent
+ * before the dump, a migration's HELLO, lists no files yet). */
+int manifest_check_complete(const struct manifest *m, struct stasis_error **err);
 
 /* How many of m's processes had their GPU state checkpointed. */
 size_t manifest_cuda_count(const struct manifest *m);

@@ -21,6 +21,7 @@
 
 #include "criu-rpc.h"
 #include "fault.h"
+#include "gate.h"
 #include "gpu-handoff.h"
 #include "image-hash.h"
 #include "image-pack.h"
@@ -40,7 +41,10 @@
 #define WHO "the source"
 #define HELLO_TIMEOUT_MS 30000
 #define COMMIT_TIMEOUT_MS 60000
-#define ACCEPT_STEP_MS 500
+/* Between two messages of the image: the source's GPU checkpoint comes
+ * first (113 GB took 40 s), then CRIU sends as it dumps. */
+#define STREAM_IDLE_TIMEOUT_MS 600000
+#define GATE_WAIT_MS 500
 
 /* One migration being received. */
 struct receipt {
@@ -54,6 +58,7 @@ struct receipt {
 	struct target t;
 	struct stasis_restore_options restore_opts;
 	int lock_fd;
+	pid_t locked; /* the PID lock_fd holds: the manifest may be gone by then */
 	char stage[PATH_MAX];
 	int stagefd;
 	struct stream_in *in;
@@ -136,7 +141,9 @@ static int container_preflight(struct receipt *rc, struct stasis_error **err)
 	rc->restore_opts.gpu_map = rc->o->gpu_map;
 	rc->t.restore = &rc->restore_opts;
 	rc->t.dir = image_stage_root();
-	target_restore_names(&rc->t, m);
+	r = target_restore_names(&rc->t, m, err);
+	if (r < 0)
+		return r;
 	return rc->t.ops->restore_check ? rc->t.ops->restore_check(&rc->t, m, err) : 0;
 }
 
@@ -158,7 +165,8 @@ static int preflight(struct receipt *rc, uint64_t estimate, struct stasis_error 
 	if (r < 0 || rc->pidns || rc->t.ops)
 		return r;
 	/* The same PIDs as there: they must be free here. */
-	rc->lock_fd = pid_lock(manifest_root(&rc->m)->pid, err);
+	rc->locked = manifest_root(&rc->m)->pid;
+	rc->lock_fd = pid_lock(rc->locked, err);
 	if (rc->lock_fd < 0)
 		return rc->lock_fd;
 	return restore_wait_pids_free(&rc->m, err);
@@ -241,6 +249,8 @@ static int take_manifest(struct receipt *rc, const struct wire_header *h, struct
 	manifest_init(&rc->m);
 	r = manifest_from_json(text, &rc->m, err);
 	if (r == 0)
+		r = manifest_check_complete(&rc->m, err);
+	if (r == 0)
 		r = stream_in_verify(rc->in, &rc->m, err);
 	rc->verify_us = now_usec() - start;
 	rc->m.nphases = 0;
@@ -256,7 +266,7 @@ static int receive_image(struct receipt *rc, struct stasis_error **err)
 
 	progress_begin("receiving the image from %s", tls_peer(rc->ch));
 	while (r == 0) {
-		r = msg_recv(rc->ch, WHO, -1, &h, rc->buf, err);
+		r = msg_recv(rc->ch, WHO, STREAM_IDLE_TIMEOUT_MS, &h, rc->buf, err);
 		if (r < 0)
 			break;
 		rc->st.wire_bytes += WIRE_HEADER_LEN + h.len;
@@ -472,7 +482,7 @@ static int receive_one(const struct stasis_receive_options *o, struct tls_channe
 	if (r < 0)
 		msg_send_refuse(ch, *err);
 	if (rc.lock_fd >= 0)
-		pid_unlock(manifest_root(&rc.m)->pid, rc.lock_fd);
+		pid_unlock(rc.locked, rc.lock_fd);
 	stream_in_release_pages(rc.in);
 	if (rc.stage[0])
 		remove_dir_tree(rc.stage);
@@ -484,21 +494,6 @@ static int receive_one(const struct stasis_receive_options *o, struct tls_channe
 		stasis_error_wrap(err, "migration from %s", rc.st.peer);
 	report(ctx, &rc.m, &rc.st, r < 0 ? *err : NULL);
 	manifest_free(&rc.m);
-	return r;
-}
-
-/* The next peer that has the key; SIGINT/SIGTERM stop the wait. */
-static int accept_peer(int lfd, const struct tls_key *key, struct tls_channel **ch,
-		       struct stasis_error **err)
-{
-	int r;
-
-	do {
-		if (stasis_interrupted())
-			return stasis_error_set(err, EINTR, STASIS_DOMAIN_SYSTEM, EINTR,
-						"interrupted by a signal");
-		r = tls_accept(lfd, key, ACCEPT_STEP_MS, ch, err);
-	} while (r == -ETIMEDOUT || r == -EINTR);
 	return r;
 }
 
@@ -516,6 +511,7 @@ int stasis_receive(const struct stasis_receive_options *o, stasis_receive_report
 	_cleanup_free_ unsigned char *secret = NULL;
 	_cleanup_close_ int lfd = -1;
 	struct tls_key key = {0};
+	struct gate *gate = NULL;
 	int r;
 
 	reserve_plugin_environment();
@@ -530,26 +526,32 @@ int stasis_receive(const struct stasis_receive_options *o, stasis_receive_report
 		r = image_pack_preflight(err);
 	if (r == 0)
 		r = tls_listen(o->listen, &lfd, err);
-	/* Each migration is reported, failed or not; only with once does its
-	 * result become this call's. A signal between them ends it cleanly. */
+	if (r == 0)
+		r = gate_start(lfd, &key, &gate, err);
+	/* Each migration is reported, failed or not, and so is each peer
+	 * turned away at the gate; only with once does a migration's result
+	 * become this call's, and only a peer with the key makes one. A
+	 * signal between them ends it cleanly. */
 	while (r == 0) {
 		_cleanup_error_ struct stasis_error *one = NULL;
 		struct tls_channel *ch = NULL;
+		int next = gate_next(gate, GATE_WAIT_MS, &ch, &one);
 
-		r = accept_peer(lfd, &key, &ch, &one);
-		if (r == -EINTR) {
-			r = 0;
+		if (next == -EINTR)
 			break;
-		}
-		if (r == 0)
-			r = receive_one(o, ch, report, ctx, &one);
-		else
+		if (next == 0)
+			continue;
+		if (!ch) {
 			report(ctx, NULL, NULL, one);
+			continue;
+		}
+		r = receive_one(o, ch, report, ctx, &one);
 		tls_close(ch);
 		if (o->once)
 			break;
 		r = 0;
 	}
+	gate_stop(gate);
 	if (secret)
 		explicit_bzero(secret, key.len);
 	return r;

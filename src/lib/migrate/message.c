@@ -67,7 +67,7 @@ int msg_unexpected(const char *who, const struct wire_header *h, struct stasis_e
 int msg_recv(struct tls_channel *ch, const char *who, int timeout_ms, struct wire_header *h,
 	     unsigned char *buf, struct stasis_error **err)
 {
-	uint64_t deadline = now_usec() + (uint64_t)(timeout_ms < 0 ? 0 : timeout_ms) * 1000u;
+	uint64_t deadline = now_usec() + (uint64_t)timeout_ms * 1000u;
 	int r = 0;
 
 	while (r == 0) {
@@ -75,7 +75,7 @@ int msg_recv(struct tls_channel *ch, const char *who, int timeout_ms, struct wir
 			return stasis_error_set(err, EINTR, STASIS_DOMAIN_SYSTEM, EINTR,
 						"interrupted by a signal while waiting for %s",
 						who);
-		if (timeout_ms >= 0 && now_usec() > deadline)
+		if (now_usec() > deadline)
 			return stasis_error_set(err, ETIMEDOUT, STASIS_DOMAIN_SYSTEM, ETIMEDOUT,
 						"%s did not answer in %d s", who,
 						timeout_ms / 1000);
@@ -85,6 +85,12 @@ int msg_recv(struct tls_channel *ch, const char *who, int timeout_ms, struct wir
 	}
 	if (r > 0)
 		r = tls_recv(ch, h, buf, WIRE_MAX_PAYLOAD);
+	if (r == -EINTR)
+		return stasis_error_set(err, EINTR, STASIS_DOMAIN_SYSTEM, EINTR,
+					"interrupted by a signal while %s was sending", who);
+	if (r == -ETIMEDOUT)
+		return stasis_error_set(err, ETIMEDOUT, STASIS_DOMAIN_SYSTEM, ETIMEDOUT,
+					"%s stopped sending in the middle of a message", who);
 	if (r == -EPROTO)
 		return stasis_error_set(err, EPROTO, STASIS_DOMAIN_SYSTEM, 0,
 					"%s sent what is not stasis's protocol", who);

@@ -17,7 +17,7 @@ int msg_send_json(struct tls_channel *ch, uint8_t type, json_object *o);
 void msg_send_refuse(struct tls_channel *ch, const struct stasis_error *e);
 
 /* The next message into buf (WIRE_MAX_PAYLOAD bytes), waiting at most
- * timeout_ms (< 0: as long as the peer lives), and stopping early on
+ * timeout_ms (every wait has one), and stopping early on
  * SIGINT/SIGTERM. A REFUSE becomes the error it carries ("who refused:
  * ..."); so do the peer's end, a timeout and a signal. */
 int msg_recv(struct tls_channel *ch, const char *who, int timeout_ms, struct wire_header *h,

@@ -46,6 +46,10 @@ struct stasis_migrate_stats {
 	char pages[8];
 };
 
+/* How long the source waits for the destination's restore of an image of
+ * image_bytes before it runs the workload again itself. */
+int restored_timeout_ms(uint64_t image_bytes);
+
 /* Migrate the tree rooted at pid, or the container, to a `stasis
  * receive` at to; m receives the manifest with the timings of every
  * phase. On failure the workload runs here again and the error says so. */

@@ -26,8 +26,10 @@
 	"SECURE128:-VERS-ALL:+VERS-TLS1.3:+VERS-TLS1.2:-KX-ALL:+ECDHE-PSK:+DHE-PSK:"               \
 	"-CIPHER-ALL:+AES-128-GCM:+AES-256-GCM:+CHACHA20-POLY1305"
 #define TLS_IDENTITY "stasis-migrate"
-#define HANDSHAKE_MS 15000
 #define CONNECT_MS 10000
+/* Every wait on the socket is cut in steps of this (SO_RCVTIMEO and
+ * SO_SNDTIMEO), so that a signal or a deadline is seen within it. */
+#define IO_STEP_MS 250
 
 struct tls_channel {
 	int fd;
@@ -35,6 +37,7 @@ struct tls_channel {
 	gnutls_psk_client_credentials_t client;
 	gnutls_psk_server_credentials_t server;
 	const struct tls_key *key;
+	int io_timeout_ms; /* a send or receive that moves nothing this long fails */
 	char peer[128];
 };
 
@@ -55,9 +58,16 @@ static void channel_free(struct tls_channel *ch)
 
 void tls_close(struct tls_channel *ch)
 {
+	/* The close notice is one try: a peer that reads nothing must not
+	 * hold the close (the socket's send step bounds it). */
 	if (ch && ch->session)
 		gnutls_bye(ch->session, GNUTLS_SHUT_WR);
 	channel_free(ch);
+}
+
+void tls_set_io_timeout(struct tls_channel *ch, int ms)
+{
+	ch->io_timeout_ms = ms;
 }
 
 const char *tls_peer(const struct tls_channel *ch)
@@ -65,11 +75,15 @@ const char *tls_peer(const struct tls_channel *ch)
 	return ch->peer;
 }
 
-/* A peer that vanishes without a word is noticed within about 25 s. */
+/* A peer that vanishes without a word is noticed within about 25 s; a
+ * blocked read or write returns every IO_STEP_MS (as GNUTLS_E_AGAIN). */
 static void tune_socket(int fd)
 {
 	int on = 1, idle = 10, intvl = 5, cnt = 3;
+	struct timeval step = {.tv_sec = 0, .tv_usec = IO_STEP_MS * 1000};
 
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &step, sizeof(step));
+	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &step, sizeof(step));
 	setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof(on));
 	setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
 	setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl));
@@ -102,9 +116,33 @@ static int auth_failed(struct tls_channel *ch, int r, bool server, struct stasis
 				      "receive listening there?");
 }
 
-/* The session on ch->fd, with the PSK credentials, and its handshake. */
-static int handshake(struct tls_channel *ch, bool server, struct stasis_error **err)
+/* Whether a wait that has moved nothing since last (now_usec) must end:
+ * -EINTR for a request to stop, -ETIMEDOUT past limit_ms, else 0. */
+static int wait_over(uint64_t last, int limit_ms)
 {
+	if (stasis_interrupted())
+		return -EINTR;
+	if (limit_ms >= 0 && now_usec() - last > (uint64_t)limit_ms * 1000u)
+		return -ETIMEDOUT;
+	return 0;
+}
+
+static int handshake_failed(struct tls_channel *ch, int r, int limit_ms, struct stasis_error **err)
+{
+	if (r == -EINTR)
+		return stasis_error_set(err, EINTR, STASIS_DOMAIN_SYSTEM, EINTR,
+					"interrupted by a signal during the TLS handshake with %s",
+					ch->peer);
+	stasis_error_set(err, ETIMEDOUT, STASIS_DOMAIN_SYSTEM, ETIMEDOUT,
+			 "TLS handshake with %s: no answer in %d s", ch->peer, limit_ms / 1000);
+	return stasis_error_hint(err, "is it a stasis at the other end?");
+}
+
+/* The session on ch->fd, with the PSK credentials, and its handshake,
+ * which must end within limit_ms. */
+static int handshake(struct tls_channel *ch, bool server, int limit_ms, struct stasis_error **err)
+{
+	uint64_t start = now_usec();
 	gnutls_datum_t k = {.data = ch->key->data, .size = (unsigned int)ch->key->len};
 	int r;
 
@@ -130,21 +168,28 @@ static int handshake(struct tls_channel *ch, bool server, struct stasis_error **
 		return stasis_error_set(err, EIO, STASIS_DOMAIN_SYSTEM, r, "TLS setup: %s",
 					gnutls_strerror(r));
 	gnutls_transport_set_int(ch->session, ch->fd);
-	gnutls_handshake_set_timeout(ch->session, HANDSHAKE_MS);
-	do
+	gnutls_handshake_set_timeout(ch->session, (unsigned int)limit_ms);
+	do {
+		int over = wait_over(start, limit_ms);
+
+		if (over < 0)
+			return handshake_failed(ch, over, limit_ms, err);
 		r = gnutls_handshake(ch->session);
-	while (r < 0 && !gnutls_error_is_fatal(r));
+	} while (r < 0 && !gnutls_error_is_fatal(r));
+	if (r == GNUTLS_E_TIMEDOUT)
+		return handshake_failed(ch, -ETIMEDOUT, limit_ms, err);
 	return r < 0 ? auth_failed(ch, r, server, err) : 0;
 }
 
 /* The handshake on a connected ch, which goes to *out, or is freed. */
-static int authenticate(struct tls_channel *ch, bool server, struct tls_channel **out,
+static int authenticate(struct tls_channel *ch, bool server, int limit_ms, struct tls_channel **out,
 			struct stasis_error **err)
 {
 	int r;
 
+	ch->io_timeout_ms = TLS_IO_TIMEOUT_MS;
 	tune_socket(ch->fd);
-	r = handshake(ch, server, err);
+	r = handshake(ch, server, limit_ms, err);
 	if (r < 0) {
 		channel_free(ch);
 		return r;
@@ -220,7 +265,7 @@ int tls_connect(const char *addr, const struct tls_key *key, struct tls_channel 
 		return stasis_error_hint(err, "start 'stasis receive --listen' there first");
 	}
 	fcntl(ch->fd, F_SETFL, 0);
-	return authenticate(ch, false, out, err);
+	return authenticate(ch, false, TLS_CLIENT_HANDSHAKE_MS, out, err);
 }
 
 int tls_listen(const char *addr, int *fd_out, struct stasis_error **err)
@@ -233,7 +278,8 @@ int tls_listen(const char *addr, int *fd_out, struct stasis_error **err)
 	fd = socket(res->ai_family, res->ai_socktype | SOCK_CLOEXEC, 0);
 	if (fd >= 0)
 		setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on));
-	if (fd < 0 || bind(fd, res->ai_addr, res->ai_addrlen) < 0 || listen(fd, 4) < 0) {
+	/* Connections wait in the kernel only until the gate takes them. */
+	if (fd < 0 || bind(fd, res->ai_addr, res->ai_addrlen) < 0 || listen(fd, 64) < 0) {
 		r = -errno;
 		freeaddrinfo(res);
 		if (fd >= 0)
@@ -246,33 +292,34 @@ int tls_listen(const char *addr, int *fd_out, struct stasis_error **err)
 	return 0;
 }
 
-int tls_accept(int lfd, const struct tls_key *key, int timeout_ms, struct tls_channel **out,
-	       struct stasis_error **err)
+int tls_accept_fd(int lfd, int *fd, char *peer, size_t len)
 {
-	struct pollfd p = {.fd = lfd, .events = POLLIN};
 	struct sockaddr_storage sa;
 	socklen_t salen = sizeof(sa);
 	char host[96] = "?", port[16] = "?";
-	struct tls_channel *ch;
-	int r;
 
-	r = poll(&p, 1, timeout_ms);
-	if (r <= 0)
-		return r == 0 ? -ETIMEDOUT : -errno;
-	ch = calloc(1, sizeof(*ch));
-	if (!ch)
-		return stasis_error_errno(err, ENOMEM, "out of memory");
-	ch->key = key;
-	ch->fd = accept4(lfd, (struct sockaddr *)&sa, &salen, SOCK_CLOEXEC);
-	if (ch->fd < 0) {
-		r = -errno;
-		channel_free(ch);
-		return stasis_error_errno(err, -r, "accept: %s", strerror(-r));
-	}
+	*fd = accept4(lfd, (struct sockaddr *)&sa, &salen, SOCK_CLOEXEC);
+	if (*fd < 0)
+		return -errno;
 	getnameinfo((struct sockaddr *)&sa, salen, host, sizeof(host), port, sizeof(port),
 		    NI_NUMERICHOST | NI_NUMERICSERV);
-	snprintf(ch->peer, sizeof(ch->peer), "%s:%s", host, port);
-	return authenticate(ch, true, out, err);
+	snprintf(peer, len, "%s:%s", host, port);
+	return 0;
+}
+
+int tls_serve(int fd, const char *peer, const struct tls_key *key, int limit_ms,
+	      struct tls_channel **out, struct stasis_error **err)
+{
+	struct tls_channel *ch = calloc(1, sizeof(*ch));
+
+	if (!ch) {
+		close(fd);
+		return stasis_error_errno(err, ENOMEM, "out of memory");
+	}
+	ch->key = key;
+	ch->fd = fd;
+	snprintf(ch->peer, sizeof(ch->peer), "%s", peer);
+	return authenticate(ch, true, limit_ms, out, err);
 }
 
 static int io_error(ssize_t r)
@@ -285,19 +332,34 @@ static int io_error(ssize_t r)
 	return -EPROTO;
 }
 
+/* A send or receive that was cut by its step (or by a signal that is
+ * not a request to stop) goes on, unless it has moved nothing for the
+ * channel's timeout or a request to stop came. */
+static bool go_on(const struct tls_channel *ch, ssize_t n, uint64_t last, int *r)
+{
+	if (n != GNUTLS_E_AGAIN && n != GNUTLS_E_INTERRUPTED)
+		return false;
+	*r = wait_over(last, ch->io_timeout_ms);
+	return *r == 0;
+}
+
 static int send_all(struct tls_channel *ch, const unsigned char *p, size_t len)
 {
+	uint64_t last = now_usec();
+	int r = 0;
+
 	while (len) {
 		ssize_t n = gnutls_record_send(ch->session, p, len);
 
-		/* A signal that is not a request to stop (those set the
-		 * interrupted flag) must not end the migration. */
-		if (n == GNUTLS_E_AGAIN || (n == GNUTLS_E_INTERRUPTED && !stasis_interrupted()))
+		if (go_on(ch, n, last, &r))
 			continue;
+		if (r < 0)
+			return r;
 		if (n <= 0)
 			return io_error(n);
 		p += n;
 		len -= (size_t)n;
+		last = now_usec();
 	}
 	return 0;
 }
@@ -319,12 +381,21 @@ int tls_send2(struct tls_channel *ch, uint8_t type, uint8_t flags, const void *h
 	if (r == 0 && bodylen)
 		r = send_all(ch, body, bodylen);
 	if (r == 0) {
+		uint64_t last = now_usec();
+		int over = 0;
+		ssize_t n;
+
 		do
-			r = gnutls_record_uncork(ch->session, GNUTLS_RECORD_WAIT);
-		while (r == GNUTLS_E_AGAIN);
-		r = r < 0 ? io_error(r) : 0;
+			n = gnutls_record_uncork(ch->session, GNUTLS_RECORD_WAIT);
+		while (go_on(ch, n, last, &over));
+		r = over < 0 ? over : n < 0 ? io_error(n) : 0;
 	}
 	return r;
+}
+
+int tls_send_raw(struct tls_channel *ch, const void *bytes, size_t len)
+{
+	return send_all(ch, bytes, len);
 }
 
 int tls_send(struct tls_channel *ch, uint8_t type, uint8_t flags, const void *payload, size_t len)
@@ -345,17 +416,26 @@ int tls_wait(struct tls_channel *ch, int ms)
 	return r > 0;
 }
 
+/* A message once begun must keep coming: a peer that stops mid-frame is
+ * dropped after the channel's timeout, and a request to stop ends the
+ * wait whatever the peer does. */
 static int recv_all(struct tls_channel *ch, unsigned char *p, size_t len)
 {
+	uint64_t last = now_usec();
+	int r = 0;
+
 	while (len) {
 		ssize_t n = gnutls_record_recv(ch->session, p, len);
 
-		if (n == GNUTLS_E_AGAIN || n == GNUTLS_E_INTERRUPTED)
+		if (go_on(ch, n, last, &r))
 			continue;
+		if (r < 0)
+			return r;
 		if (n <= 0)
 			return io_error(n);
 		p += n;
 		len -= (size_t)n;
+		last = now_usec();
 	}
 	return 0;
 }

@@ -27,28 +27,43 @@ int tls_connect(const char *addr, const struct tls_key *key, struct tls_channel 
 /* A listening socket on "ADDR:PORT". */
 int tls_listen(const char *addr, int *fd_out, struct stasis_error **err);
 
-/* Accept one connection on lfd and authenticate it with key; an
- * unauthenticated peer is refused (the error says so). Waits at most
- * timeout_ms for a peer when not negative. */
-int tls_accept(int lfd, const struct tls_key *key, int timeout_ms, struct tls_channel **out,
-	       struct stasis_error **err);
+/* How long each wait may last (docs/SECURITY.md lists them): a client's
+ * handshake; a server's, short, since a peer without the key (or a port
+ * scan) holds nothing but its own connection; a send or receive that moves
+ * nothing (a peer that stops mid-frame). */
+#define TLS_CLIENT_HANDSHAKE_MS 15000
+#define TLS_SERVER_HANDSHAKE_MS 5000
+#define TLS_IO_TIMEOUT_MS 30000
 
+/* Accept one connection on lfd into *fd, its address into peer. */
+int tls_accept_fd(int lfd, int *fd, char *peer, size_t len);
+/* The server's handshake on an accepted fd (taken: closed on failure),
+ * within limit_ms; a peer without the key is refused (the error says so). */
+int tls_serve(int fd, const char *peer, const struct tls_key *key, int limit_ms,
+	      struct tls_channel **out, struct stasis_error **err);
+/* A send or receive on ch that moves nothing for ms fails -ETIMEDOUT. */
+void tls_set_io_timeout(struct tls_channel *ch, int ms);
 /* The peer's address, for messages. */
 const char *tls_peer(const struct tls_channel *ch);
 
 /* Send a message; -EPIPE (and the like) once the peer is gone, -EINTR
- * when a signal arrived and the caller asked to stop (stop_on_signal). */
+ * when a request to stop came (stasis_interrupted), -ETIMEDOUT when the
+ * peer took nothing for the channel's timeout. */
 int tls_send(struct tls_channel *ch, uint8_t type, uint8_t flags, const void *payload, size_t len);
 /* Two parts, one message: head then body. */
 int tls_send2(struct tls_channel *ch, uint8_t type, uint8_t flags, const void *head, size_t headlen,
 	      const void *body, size_t bodylen);
 
+/* Bytes as they are, outside any message: for tests that play a peer that
+ * breaks the protocol (tests/e2e/hostile-peer.c). */
+int tls_send_raw(struct tls_channel *ch, const void *bytes, size_t len);
 /* Wait up to ms for a message to begin: 1 when one does, 0 when none
  * came, <0 when the peer is gone or a signal came. */
 int tls_wait(struct tls_channel *ch, int ms);
 
 /* Receive a message into buf (cap bytes at least WIRE_MAX_PAYLOAD); -EPIPE
- * at the peer's end, -EPROTO for what is not our protocol. */
+ * at the peer's end, -EPROTO for what is not our protocol, -ETIMEDOUT when
+ * a begun message stops coming, -EINTR on a request to stop. */
 int tls_recv(struct tls_channel *ch, struct wire_header *h, unsigned char *buf, size_t cap);
 
 /* Ends the session and closes; NULL is allowed. */

@@ -125,7 +125,8 @@ int wire_key_check(const char *path, mode_t mode, size_t len, struct stasis_erro
 
 int wire_key_load(const char *path, unsigned char **key, size_t *len, struct stasis_error **err)
 {
-	_cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+	/* Not blocked by a FIFO: anything but a regular file is refused. */
+	_cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
 	_cleanup_free_ unsigned char *buf = malloc(WIRE_KEY_MAX + 1);
 	size_t got = 0;
 	struct stat st;
@@ -140,8 +141,8 @@ int wire_key_load(const char *path, unsigned char **key, size_t *len, struct sta
 	while (S_ISREG(st.st_mode) && got <= WIRE_KEY_MAX &&
 	       (n = read(fd, buf + got, WIRE_KEY_MAX + 1 - got)) > 0)
 		got += (size_t)n;
-	while (got && (buf[got - 1] == '\n' || buf[got - 1] == '\r'))
-		got--;
+	/* A key file is bytes, all of them secret: a random key may end in
+	 * what looks like a line end (1 in 128 of 32 random bytes do). */
 	r = wire_key_check(path, st.st_mode, got, err);
 	if (r < 0)
 		return r;

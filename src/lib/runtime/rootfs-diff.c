@@ -319,7 +319,6 @@ static int create(int fd, const char *path, const struct entry *e)
 {
 	struct stat st;
 	bool have = lstat(path, &st) == 0;
-	dev_t dev = makedev(e->major, e->minor);
 	int r = 0;
 
 	/* What the image has there goes, unless both are folders. */
@@ -341,11 +340,11 @@ static int create(int fd, const char *path, const struct entry *e)
 		r = link(relative(e->link), path) < 0 ? -errno : 0;
 		break;
 	case '3':
-		r = mknod(path, S_IFCHR | 0600, dev) < 0 ? -errno : 0;
-		break;
 	case '4':
-		r = mknod(path, S_IFBLK | 0600, dev) < 0 ? -errno : 0;
-		break;
+		/* A device node in a container is its runtime's to make, from
+		 * the devices its spec lists; a diff that carries one (mode
+		 * 0666 on a disk, say) is refused. */
+		return -EPERM;
 	case '6':
 		r = mkfifo(path, 0600) < 0 ? -errno : 0;
 		break;
@@ -383,11 +382,11 @@ static int pass(int fd, bool deletions, char *msg, size_t len)
 	if (lseek(fd, 0, SEEK_SET) < 0)
 		return -errno;
 	while ((r = next_entry(fd, &e)) > 0) {
-		size_t len = strlen(e.path);
+		size_t plen = strlen(e.path);
 		const char *path;
 
-		while (len > 1 && e.path[len - 1] == '/') /* a folder's "name/" */
-			e.path[--len] = '\0';
+		while (plen > 1 && e.path[plen - 1] == '/') /* a folder's "name/" */
+			e.path[--plen] = '\0';
 		path = relative(e.path);
 		bool whiteout = path[0] && memcmp(base_name(path), WHITEOUT, 4) == 0;
 
@@ -403,7 +402,11 @@ static int pass(int fd, bool deletions, char *msg, size_t len)
 				r = set_attributes(path, &e);
 		}
 		if (r < 0) {
-			snprintf(msg, len, "/%s: %s", path, strerror(-r));
+			snprintf(msg, len, "/%s: %s", path,
+				 r == -EPERM && (e.type == '3' || e.type == '4')
+				     ? "a device node: a container's changes carry none (its "
+				       "runtime makes the devices its spec lists)"
+				     : strerror(-r));
 			break;
 		}
 	}

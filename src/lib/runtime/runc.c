@@ -221,7 +221,7 @@ static int cgroup2_root_conf(const char *bundle, const char *id, const char *wor
 	spec_cgroups_path(bundle, spec_path, sizeof(spec_path));
 	runc_cgroup2_path(own, spec_path, id, root, sizeof(root));
 	snprintf(conf, sizeof(conf), "%s/criu-cgroup.conf", work);
-	fd = open(conf, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	fd = open(conf, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
 	/* ":" names the cgroup v2 hierarchy alone (CRIU's controller ""). */
 	if (fd < 0 || dprintf(fd, "cgroup-root :%s\n", root) < 0)
 		return stasis_error_errno(err, errno, "writing %s", conf);

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 #include "target.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -40,8 +41,66 @@ int target_for_image(const struct manifest *m, const char *runtime, const struct
 	return target_for_runtime(m->container.runtime, ops, err);
 }
 
-void target_restore_names(struct target *t, const struct manifest *m)
+/* containerd's identifier rule (its identifiers package), for its
+ * containers and namespaces: letters and digits, joined by single '.',
+ * '_' or '-', 76 at most. */
+static bool containerd_identifier_ok(const char *s)
 {
+	size_t len = strlen(s);
+
+	if (len == 0 || len > 76 || !isalnum((unsigned char)s[0]) ||
+	    !isalnum((unsigned char)s[len - 1]))
+		return false;
+	for (size_t i = 0; i < len; i++) {
+		bool sep = s[i] == '.' || s[i] == '_' || s[i] == '-';
+
+		if (!isalnum((unsigned char)s[i]) && !sep)
+			return false;
+		if (sep && !isalnum((unsigned char)s[i + 1]))
+			return false;
+	}
+	return true;
+}
+
+/* runc's rule (its container id check): letters, digits, '_', '+', '-'
+ * and '.', never "." or "..". */
+static bool runc_id_ok(const char *s)
+{
+	size_t len = strlen(s);
+
+	if (len == 0 || len > 1024 || !strcmp(s, ".") || !strcmp(s, ".."))
+		return false;
+	for (size_t i = 0; i < len; i++)
+		if (!isalnum((unsigned char)s[i]) && !strchr("_+-.", s[i]))
+			return false;
+	return true;
+}
+
+bool target_name_ok(const char *runtime, const char *name)
+{
+	if (runtime && strcmp(runtime, "containerd") == 0)
+		return containerd_identifier_ok(name);
+	return runc_id_ok(name);
+}
+
+int target_check_name(const char *runtime, const char *what, const char *name,
+		      struct stasis_error **err)
+{
+	if (target_name_ok(runtime, name))
+		return 0;
+	stasis_error_set(err, EINVAL, STASIS_DOMAIN_USAGE, 0, "'%s' is not a valid %s %s", name,
+			 runtime ? runtime : "container", what);
+	return stasis_error_hint(err, "%s",
+				 runtime && strcmp(runtime, "containerd") == 0
+				     ? "use letters and digits, joined by '.', '_' or "
+				       "'-' (76 characters at most)"
+				     : "use letters, digits, '_', '+', '-' and '.'");
+}
+
+int target_restore_names(struct target *t, const struct manifest *m, struct stasis_error **err)
+{
+	int r;
+
 	const struct stasis_restore_options *o = t->restore;
 	const struct manifest_container *c = &m->container;
 
@@ -56,6 +115,14 @@ void target_restore_names(struct target *t, const struct manifest *m)
 		 : c->namespace ? c->namespace
 				: "");
 	snprintf(t->address, sizeof(t->address), "%s", o->address ? o->address : "");
+	/* Each becomes part of a path (a link folder, a work folder): checked
+	 * before anything is made of it, whether the user or the image gave it. */
+	if (!t->ops->runtime)
+		return 0;
+	r = target_check_name(t->ops->runtime, "container id", t->id, err);
+	if (r == 0 && t->namespace[0])
+		r = target_check_name("containerd", "namespace", t->namespace, err);
+	return r;
 }
 
 void target_list_containers(struct target_container **list, size_t *n)

@@ -136,7 +136,15 @@ int restore_target_handed_off(struct target *t, struct manifest *m, struct image
 void target_list_containers(struct target_container **list, size_t *n);
 
 /* t's names at restore: the image's, or the ones the user gave (--name,
- * --bundle, --namespace). */
-void target_restore_names(struct target *t, const struct manifest *m);
+ * --bundle, --namespace); a container id or namespace that its runtime
+ * would refuse (a "../" in it) is refused before it names a path. */
+int target_restore_names(struct target *t, const struct manifest *m, struct stasis_error **err);
+
+/* Whether name is a container id (or a containerd namespace) that the
+ * runtime accepts; runtime NULL: runc's rule. */
+bool target_name_ok(const char *runtime, const char *name);
+/* The same, as an error that names what it is ("container id"). */
+int target_check_name(const char *runtime, const char *what, const char *name,
+		      struct stasis_error **err);
 
 #endif
