@@ -6,7 +6,7 @@
 # stock: upstream's CRIU without stasis's patches (the benchmark's reference).
 set -eu
 
-VERSION=4.1.1
+VERSION=4.2.1
 downloads=$1
 build=$2
 prefix=$3

@@ -1,12 +1,16 @@
 #!/bin/sh
-# Fetch CRIU's upstream tarball from Debian's trixie source package through a
-# private apt configuration: the machine's own apt sources stay untouched, and
-# the mirror is the one the machine already uses.
+# Fetch CRIU's upstream tarball from Debian's unstable source package through
+# a private apt configuration: the machine's own apt sources stay untouched,
+# and the mirror is the one the machine already uses. The tarball's sha256 is
+# the one pinned here, and the suite's Sources index must list it the same.
 #
 # usage: fetch-criu.sh DESTDIR
 set -eu
 
-VERSION=4.1.1
+VERSION=4.2.1
+SHA256=29ec0ee09e296479fe7048c80980e8ef1d0684d0b0204c2b101dfea19f6725b9
+# sid carries it now; testing once it migrates there.
+SUITES="sid forky"
 TARBALL="criu_${VERSION}.orig.tar.xz"
 dest=$1
 mkdir -p "$dest"
@@ -34,7 +38,6 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$work/lists/partial" "$work/cache/archives/partial"
 keyring=/usr/share/keyrings/debian-archive-keyring.gpg
-echo "deb-src [signed-by=$keyring] $mirror trixie main" >"$work/sources.list"
 
 apt_opts() {
 	echo -o Dir::Etc::SourceList="$work/sources.list" \
@@ -57,18 +60,27 @@ apt_private() {
 # shellcheck disable=SC2046
 apt_cache() { apt-cache $(apt_opts) "$@"; }
 
-apt_private update >/dev/null
-srcinfo=$(apt_cache showsrc criu 2>/dev/null)
-expected=$(echo "$srcinfo" |
-	awk -v t="$TARBALL" '/^Checksums-Sha256:/ { s = 1; next } /^[^ ]/ { s = 0 } s && $3 == t { print $1; exit }')
+expected=""
+for suite in $SUITES; do
+	echo "deb-src [signed-by=$keyring] $mirror $suite main" >"$work/sources.list"
+	apt_private update >/dev/null || continue
+	srcinfo=$(apt_cache showsrc criu 2>/dev/null)
+	expected=$(echo "$srcinfo" |
+		awk -v t="$TARBALL" '/^Checksums-Sha256:/ { s = 1; next } /^[^ ]/ { s = 0 } s && $3 == t { print $1; exit }')
+	[ -n "$expected" ] && break
+done
 if [ -z "$expected" ]; then
-	echo "fetch-criu: $TARBALL is not listed in trixie's Sources index" >&2
+	echo "fetch-criu: $TARBALL is not listed in the Sources index of $SUITES" >&2
+	exit 1
+fi
+if [ "$expected" != "$SHA256" ]; then
+	echo "fetch-criu: the $suite Sources index lists $TARBALL as $expected, not $SHA256" >&2
 	exit 1
 fi
 
 # The .dsc and Debian tarball may be gone from the mirror; only the upstream
 # tarball is needed, so a partial download is fine once its hash checks out.
-srcversion=$(echo "$srcinfo" | awk '/^Version:/ { print $2; exit }')
+srcversion=$(echo "$srcinfo" | awk -v v="$VERSION" '/^Version:/ && index($2, v) == 1 { print $2; exit }')
 (cd "$work" && apt_private source --download-only "criu=$srcversion" >/dev/null 2>&1) || true
 if [ ! -f "$work/$TARBALL" ]; then
 	echo "fetch-criu: could not download $TARBALL" >&2

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -258,6 +259,11 @@ int main(int argc, char **argv)
 	if (strcmp(argv[1], "__demo-workload") == 0)
 		return demo_workload_main(argc - 1, argv + 1);
 	stasis_set_note_handler(print_note);
+	/* What stasis and the CRIU it starts write holds processes' memory:
+	 * root's alone whatever the caller's umask (CRIU creates its images
+	 * 0666 less the umask). A restored process gets its own umask back
+	 * from its image. */
+	umask(077);
 	c = find_command(argv[1]);
 	if (!c) {
 		fprintf(stderr, "stasis: unknown command '%s' (see 'stasis help')\n", argv[1]);

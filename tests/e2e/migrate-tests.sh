@@ -166,7 +166,7 @@ test_receive_sweeps_dead_stage() {
 	mig_hosts msw || return 1
 	while kill -0 "$dead" 2>/dev/null; do dead=$((dead + 1)); done
 	old="$STAGE/stasis-stage-$dead-abcdef"
-	mkdir -p "$old/.served" && mount -t tmpfs none "$old/.served" && touch "$old/.served/pages-1.img" || { fail "no stand-in"; return 1; }
+	mkdir -m 700 "$old" && mkdir "$old/.served" && mount -t tmpfs none "$old/.served" && touch "$old/.served/pages-1.img" || { fail "no stand-in"; return 1; }
 	receiver || return 1
 	ns_workload "$w" || return 1
 	migrate "$pid" --to "$DST" --key-file "$KEY" >/dev/null || { fail "migrate: $(cat "$TMP/recv.err")"; return 1; }

@@ -134,11 +134,14 @@ void image_stage_sweep(void)
 		struct stat st;
 		int fd;
 
-		if (!owner || kill(owner, 0) == 0 || errno != ESRCH ||
-		    !made_by_stasis(rootfd, de->d_name, &st))
+		if (!owner || kill(owner, 0) == 0 || errno != ESRCH)
 			continue;
+		/* A FUSE folder its dead owner served pages from cannot even be
+		 * looked at: it goes first (only root can have mounted it). */
 		snprintf(path, sizeof(path), "%s/%s", root, de->d_name);
 		unmount_below(path);
+		if (!made_by_stasis(rootfd, de->d_name, &st))
+			continue;
 		fd = openat(rootfd, de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 		format_bytes(fd >= 0 ? tree_bytes(fd) : 0, size, sizeof(size));
 		if (remove_dir_at(rootfd, de->d_name, st.st_dev) == 0)
