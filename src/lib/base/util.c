@@ -170,7 +170,7 @@ int dir_is_empty(const char *path)
 /* Empty the folder open at fd: entries are looked at without following a
  * link, and a folder on another file system (a mount point) is left alone,
  * so that no link or mount planted below leads the removal elsewhere. */
-static int empty_dir_at(int fd, dev_t dev)
+static int empty_dir_at(int fd, dev_t dev, uint64_t *freed)
 {
 	DIR *d = fdopendir(fd);
 	struct dirent *de;
@@ -189,9 +189,11 @@ static int empty_dir_at(int fd, dev_t dev)
 		if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
 			s = errno == ENOENT ? 0 : -errno;
 		else if (S_ISDIR(st.st_mode))
-			s = remove_dir_at(dirfd(d), de->d_name, dev);
-		else if (unlinkat(dirfd(d), de->d_name, 0) < 0 && errno != ENOENT)
-			s = -errno;
+			s = remove_dir_at(dirfd(d), de->d_name, dev, freed);
+		else if (unlinkat(dirfd(d), de->d_name, 0) < 0)
+			s = errno == ENOENT ? 0 : -errno;
+		else if (freed && S_ISREG(st.st_mode))
+			*freed += (uint64_t)st.st_blocks * 512u;
 		if (s < 0 && r == 0)
 			r = s;
 	}
@@ -199,7 +201,7 @@ static int empty_dir_at(int fd, dev_t dev)
 	return r;
 }
 
-int remove_dir_at(int parent, const char *name, dev_t dev)
+int remove_dir_at(int parent, const char *name, dev_t dev, uint64_t *freed)
 {
 	int fd = openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	struct stat st;
@@ -212,7 +214,7 @@ int remove_dir_at(int parent, const char *name, dev_t dev)
 		close(fd);
 		return r;
 	}
-	r = empty_dir_at(fd, dev);
+	r = empty_dir_at(fd, dev, freed);
 	if (unlinkat(parent, name, AT_REMOVEDIR) < 0 && r == 0)
 		r = -errno;
 	return r;
@@ -242,7 +244,7 @@ int remove_dir_tree(const char *path)
 		return -errno;
 	if (!S_ISDIR(st.st_mode))
 		return -ENOTDIR;
-	return remove_dir_at(parent, name, st.st_dev);
+	return remove_dir_at(parent, name, st.st_dev, NULL);
 }
 
 /* The bytes of in from *done on into out, through a buffer: for copies

@@ -88,8 +88,9 @@ int dir_is_empty(const char *path);
 int remove_dir_tree(const char *path);
 
 /* The same for the folder name in the folder open at parent, which must be
- * on the file system dev. */
-int remove_dir_at(int parent, const char *name, dev_t dev);
+ * on the file system dev; adds the bytes of the files it removed to *freed
+ * (NULL: not counted). */
+int remove_dir_at(int parent, const char *name, dev_t dev, uint64_t *freed);
 
 /* Copy the regular file name from one folder into another (new there). */
 int copy_file_at(int from_dirfd, const char *name, int to_dirfd);

@@ -77,35 +77,6 @@ static void unmount_below(const char *path)
 			umount2(point, MNT_DETACH);
 }
 
-/* The bytes of the files below the folder open at fd, not following. */
-static uint64_t tree_bytes(int fd)
-{
-	DIR *d = fdopendir(fd);
-	struct dirent *de;
-	uint64_t sum = 0;
-
-	if (!d) {
-		close(fd);
-		return 0;
-	}
-	while ((de = readdir(d))) {
-		struct stat st;
-		int sub;
-
-		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..") ||
-		    fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
-			continue;
-		if (S_ISREG(st.st_mode))
-			sum += (uint64_t)st.st_blocks * 512u;
-		else if (S_ISDIR(st.st_mode) &&
-			 (sub = openat(dirfd(d), de->d_name,
-				       O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) >= 0)
-			sum += tree_bytes(sub);
-	}
-	closedir(d);
-	return sum;
-}
-
 /* Only a folder stasis made (root's, 0700, as mkdtemp makes it) is taken
  * for a killed run's: the staging root is writable by everyone, and a
  * link or folder another user planted under a staging name is left. */
@@ -131,8 +102,8 @@ void image_stage_sweep(void)
 	while (d && (de = readdir(d))) {
 		pid_t owner = stage_owner(de->d_name);
 		char path[PATH_MAX], size[32];
+		uint64_t freed = 0;
 		struct stat st;
-		int fd;
 
 		if (!owner || kill(owner, 0) == 0 || errno != ESRCH)
 			continue;
@@ -142,11 +113,9 @@ void image_stage_sweep(void)
 		unmount_below(path);
 		if (!made_by_stasis(rootfd, de->d_name, &st))
 			continue;
-		fd = openat(rootfd, de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-		format_bytes(fd >= 0 ? tree_bytes(fd) : 0, size, sizeof(size));
-		if (remove_dir_at(rootfd, de->d_name, st.st_dev) == 0)
+		if (remove_dir_at(rootfd, de->d_name, st.st_dev, &freed) == 0)
 			stasis_note("removed %s (%s), left by stasis PID %d, which was killed",
-				    path, size, (int)owner);
+				    path, format_bytes(freed, size, sizeof(size)), (int)owner);
 	}
 	if (d)
 		closedir(d);

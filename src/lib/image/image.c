@@ -463,15 +463,16 @@ static int compare_names(const void *a, const void *b)
 	return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-/* What CRIU writes into its folder after the image is sealed, and never
- * reads back: its statistics. */
+/* What CRIU writes beside the image and never reads back: its logs, and
+ * its statistics (written after the image is sealed). */
 static bool criu_writes_only(const char *name)
 {
-	return !strcmp(name, "stats-dump") || !strcmp(name, "stats-restore");
+	return image_is_log_file(name) || !strcmp(name, "stats-dump") ||
+	       !strcmp(name, "stats-restore");
 }
 
 /* Everything in the image's CRIU folder is a regular file the manifest
- * lists (or a log or CRIU's statistics, which CRIU writes and never reads): CRIU restores
+ * lists, or one that CRIU writes and never reads: CRIU restores
  * whatever it finds there, so a file that is not checked must not be
  * there. Beside it only the manifest, logs and a runtime's work folders. */
 static int check_listed(const char *dir, const struct manifest *m, struct stasis_error **err)
@@ -485,9 +486,9 @@ static int check_listed(const char *dir, const struct manifest *m, struct stasis
 	if (!names)
 		return stasis_error_errno(err, ENOMEM, "out of memory");
 	for (size_t i = 0; i < m->nfiles; i++)
-		names[i] = m->files[i].name + strlen(IMAGE_FILES_DIR "/");
+		names[i] = m->files[i].name + strlen(IMAGE_CRIU_SUBDIR "/");
 	qsort(names, m->nfiles, sizeof(char *), compare_names);
-	snprintf(sub, sizeof(sub), "%s/%s", dir, IMAGE_FILES_DIR);
+	snprintf(sub, sizeof(sub), "%s/%s", dir, IMAGE_CRIU_SUBDIR);
 	d = opendir(sub);
 	if (!d)
 		return stasis_error_errno(err, errno, "opening %s: %s", sub, strerror(errno));
@@ -500,10 +501,10 @@ static int check_listed(const char *dir, const struct manifest *m, struct stasis
 		if (fstatat(dirfd(d), name, &st, AT_SYMLINK_NOFOLLOW) < 0)
 			r = stasis_error_errno(err, errno, "%s/%s: %s", sub, name, strerror(errno));
 		else if (!S_ISREG(st.st_mode))
-			r = unlisted(dir, IMAGE_FILES_DIR, name, "not a regular file", err);
-		else if (!image_is_log_file(name) && !criu_writes_only(name) &&
+			r = unlisted(dir, IMAGE_CRIU_SUBDIR, name, "not a regular file", err);
+		else if (!criu_writes_only(name) &&
 			 !bsearch(&name, names, m->nfiles, sizeof(char *), compare_names))
-			r = unlisted(dir, IMAGE_FILES_DIR, name, "a file", err);
+			r = unlisted(dir, IMAGE_CRIU_SUBDIR, name, "a file", err);
 	}
 	closedir(d);
 	d = r == 0 ? opendir(dir) : NULL;
@@ -511,12 +512,11 @@ static int check_listed(const char *dir, const struct manifest *m, struct stasis
 		const char *name = de->d_name;
 		struct stat st;
 
-		if (!strcmp(name, ".") || !strcmp(name, "..") || !strcmp(name, IMAGE_FILES_DIR))
+		if (!strcmp(name, ".") || !strcmp(name, "..") || !strcmp(name, IMAGE_CRIU_SUBDIR))
 			continue;
 		if (fstatat(dirfd(d), name, &st, AT_SYMLINK_NOFOLLOW) < 0)
 			continue;
-		if (S_ISREG(st.st_mode) && (!strcmp(name, MANIFEST_NAME) ||
-					    image_is_log_file(name) || criu_writes_only(name)))
+		if (S_ISREG(st.st_mode) && (!strcmp(name, MANIFEST_NAME) || criu_writes_only(name)))
 			continue;
 		/* A runtime's work folder: runc's, or a restore's. */
 		if (S_ISDIR(st.st_mode) && (!strcmp(name, "runc") || !strncmp(name, "restore-", 8)))

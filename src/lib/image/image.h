@@ -9,7 +9,6 @@
 #include "error.h"
 #include "manifest.h"
 
-#define IMAGE_CRIU_SUBDIR "criu"
 /* Added to the name of a compressed pages image. */
 #define IMAGE_PACKED_SUFFIX ".zst"
 

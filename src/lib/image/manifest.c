@@ -418,9 +418,9 @@ static int decode_container(json_object *root, struct manifest *m, struct stasis
 
 bool manifest_file_name_ok(const char *name)
 {
-	const char *base = name + strlen(IMAGE_FILES_DIR "/");
+	const char *base = name + strlen(IMAGE_CRIU_SUBDIR "/");
 
-	if (strncmp(name, IMAGE_FILES_DIR "/", strlen(IMAGE_FILES_DIR "/")) != 0 ||
+	if (strncmp(name, IMAGE_CRIU_SUBDIR "/", strlen(IMAGE_CRIU_SUBDIR "/")) != 0 ||
 	    !isalnum((unsigned char)base[0]) || strlen(base) > 255)
 		return false;
 	for (const char *c = base; *c; c++)
@@ -473,7 +473,7 @@ int manifest_check_complete(const struct manifest *m, struct stasis_error **err)
 	/* Without its inventory CRIU has nothing to restore: a list without it
 	 * is not an image's, however it verifies. */
 	for (size_t i = 0; i < m->nfiles; i++)
-		if (strcmp(m->files[i].name, IMAGE_FILES_DIR "/inventory.img") == 0)
+		if (strcmp(m->files[i].name, IMAGE_CRIU_SUBDIR "/inventory.img") == 0)
 			return 0;
 	corrupt(err, "its file list has no CRIU inventory (criu/inventory.img)");
 	return stasis_error_hint(err, "the image is damaged, or not stasis's");
@@ -585,13 +585,20 @@ int manifest_write(const char *dir, const struct manifest *m, struct stasis_erro
 /* The manifest's text: a regular file of the image folder, not followed,
  * and no bigger than a manifest gets (a FIFO, a device or /dev/zero
  * planted there must neither hang nor fill memory). */
-static int read_manifest_text(const char *path, char **out, struct stasis_error **err)
+static int read_manifest_text(const char *dir, const char *path, char **out,
+			      struct stasis_error **err)
 {
 	_cleanup_close_ int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
 	_cleanup_free_ char *text = NULL;
 	struct stat st;
 	size_t got = 0;
 
+	if (fd < 0 && errno == ENOENT) {
+		stasis_error_set(err, ENOENT, STASIS_DOMAIN_IMAGE, 0,
+				 "%s has no %s: not a stasis image, or an incomplete one", dir,
+				 MANIFEST_NAME);
+		return stasis_error_hint(err, "checkpoint again into an empty directory");
+	}
 	if (fd < 0 || fstat(fd, &st) < 0)
 		return stasis_error_errno(err, errno, "reading %s: %s", path, strerror(errno));
 	if (!S_ISREG(st.st_mode) || st.st_size > MANIFEST_MAX_BYTES) {
@@ -628,13 +635,7 @@ int manifest_read(const char *dir, struct manifest *m, struct stasis_error **err
 	int r;
 
 	snprintf(path, sizeof(path), "%s/%s", dir, MANIFEST_NAME);
-	if (access(path, F_OK) < 0 && errno == ENOENT) {
-		stasis_error_set(err, ENOENT, STASIS_DOMAIN_IMAGE, 0,
-				 "%s has no %s: not a stasis image, or an incomplete one", dir,
-				 MANIFEST_NAME);
-		return stasis_error_hint(err, "checkpoint again into an empty directory");
-	}
-	r = read_manifest_text(path, &text, err);
+	r = read_manifest_text(dir, path, &text, err);
 	if (r < 0)
 		return r;
 	r = manifest_from_json(text, m, err);

@@ -19,8 +19,9 @@
 #define MANIFEST_MAX_PROCESSES 8192
 #define MANIFEST_MAX_PHASES 256
 #define MANIFEST_MAX_FILES 65536
-/* The folder of an image that holds its files (CRIU's and stasis's). */
-#define IMAGE_FILES_DIR "criu"
+/* The folder of an image that holds its files (CRIU's and stasis's): the
+ * manifest names each file below it. */
+#define IMAGE_CRIU_SUBDIR "criu"
 
 struct manifest_gpu {
 	int index;

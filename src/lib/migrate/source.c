@@ -159,16 +159,6 @@ static int send_manifest(struct stasis_error **err)
 	return 0;
 }
 
-/* The image's bytes, as its manifest lists them. */
-static uint64_t image_bytes(void)
-{
-	uint64_t sum = 0;
-
-	for (size_t i = 0; i < mig.m->nfiles; i++)
-		sum += mig.m->files[i].size;
-	return sum;
-}
-
 int restored_timeout_ms(uint64_t bytes)
 {
 	uint64_t ms = RESTORED_TIMEOUT_MIN_MS + bytes / RESTORED_BYTES_PER_MS;
@@ -188,7 +178,7 @@ static int await_restored(struct stasis_error **err)
 	if (!buf)
 		return stasis_error_errno(err, ENOMEM, "out of memory");
 	progress_begin("waiting for %s to restore", WHO);
-	r = msg_recv(mig.ch, WHO, restored_timeout_ms(image_bytes()), &h, buf, err);
+	r = msg_recv(mig.ch, WHO, restored_timeout_ms(mig.m->image_bytes), &h, buf, err);
 	progress_end();
 	if (r == 0 && h.type != WIRE_RESTORED)
 		r = msg_unexpected(WHO, &h, err);

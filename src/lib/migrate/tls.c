@@ -65,11 +65,6 @@ void tls_close(struct tls_channel *ch)
 	channel_free(ch);
 }
 
-void tls_set_io_timeout(struct tls_channel *ch, int ms)
-{
-	ch->io_timeout_ms = ms;
-}
-
 const char *tls_peer(const struct tls_channel *ch)
 {
 	return ch->peer;

@@ -41,8 +41,6 @@ int tls_accept_fd(int lfd, int *fd, char *peer, size_t len);
  * within limit_ms; a peer without the key is refused (the error says so). */
 int tls_serve(int fd, const char *peer, const struct tls_key *key, int limit_ms,
 	      struct tls_channel **out, struct stasis_error **err);
-/* A send or receive on ch that moves nothing for ms fails -ETIMEDOUT. */
-void tls_set_io_timeout(struct tls_channel *ch, int ms);
 /* The peer's address, for messages. */
 const char *tls_peer(const struct tls_channel *ch);
 

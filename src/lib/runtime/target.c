@@ -76,7 +76,7 @@ static bool runc_id_ok(const char *s)
 	return true;
 }
 
-bool target_name_ok(const char *runtime, const char *name)
+static bool target_name_ok(const char *runtime, const char *name)
 {
 	if (runtime && strcmp(runtime, "containerd") == 0)
 		return containerd_identifier_ok(name);

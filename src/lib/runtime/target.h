@@ -141,9 +141,8 @@ void target_list_containers(struct target_container **list, size_t *n);
 int target_restore_names(struct target *t, const struct manifest *m, struct stasis_error **err);
 
 /* Whether name is a container id (or a containerd namespace) that the
- * runtime accepts; runtime NULL: runc's rule. */
-bool target_name_ok(const char *runtime, const char *name);
-/* The same, as an error that names what it is ("container id"). */
+ * runtime accepts (runtime NULL: runc's rule); else an error that names
+ * what it is ("container id"). */
 int target_check_name(const char *runtime, const char *what, const char *name,
 		      struct stasis_error **err);
 
