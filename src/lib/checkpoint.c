@@ -457,6 +457,7 @@ int stasis_checkpoint(const struct stasis_checkpoint_options *o, struct manifest
 	else
 		t.thp_for_gpu_step = checkpoint_thp_for_gpu_step(o, m);
 	image_stage_sweep();
+	runc_target_sweep();
 	r = checkpoint_target(&t, m, &batch, err);
 	image_stage_remove(t.stage);
 	gpu_batch_free(&batch);

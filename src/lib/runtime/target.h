@@ -131,6 +131,11 @@ int restore_target_handed_off(struct target *t, struct manifest *m, struct image
 			      const struct gpu_plan *plan, pid_t *root_out,
 			      struct stasis_error **err);
 
+/* Resumes the runc containers that a stasis run killed by SIGKILL left
+ * paused (each such run's mark in the run folder is unlocked); each is a
+ * note. Every checkpoint, restore and `stasis ps` runs it first. */
+void runc_target_sweep(void);
+
 /* Every container of every runtime that answers; a runtime that is not
  * installed or not running has none. The caller frees *list. */
 void target_list_containers(struct target_container **list, size_t *n);
