@@ -38,7 +38,25 @@ struct maps_scan {
 	bool jax;	     /* a library of JAX_RUNTIME_DIRS is mapped */
 	char unsavable[256]; /* the first mapping CRIU could not open again */
 	unsigned long start; /* and its address */
+	char relinked[256];  /* the first deleted file still linked elsewhere */
 };
+
+#define DELETED " (deleted)"
+
+/* A mapped file whose name is gone while the file has another (a POSIX
+ * semaphore: glibc makes it under a temporary name, links it to its own
+ * and unlinks the first): CRIU saves a deleted file's contents only when
+ * no name is left, and for this one asks for its link-remap option, which
+ * leaves a file in the folder (and none at all with --leave-running,
+ * whose image then cannot restore). */
+static bool deleted_but_linked(int map_files, const char *range, const char *path)
+{
+	size_t len = strlen(path);
+	struct stat st;
+
+	return len > strlen(DELETED) && strcmp(path + len - strlen(DELETED), DELETED) == 0 &&
+	       fstatat(map_files, range, &st, 0) == 0 && S_ISREG(st.st_mode) && st.st_nlink > 0;
+}
 
 static bool is_opencl(const char *file)
 {
@@ -84,9 +102,11 @@ static int scan_maps(pid_t pid, struct maps_scan *scan)
 		strip_trailing(line + file);
 		scan->opencl = scan->opencl || is_opencl(line + file);
 		scan->jax = scan->jax || is_jax(line + file);
+		snprintf(range, sizeof(range), "%lx-%lx", from, to);
+		if (!scan->relinked[0] && deleted_but_linked(map_files, range, line + file))
+			snprintf(scan->relinked, sizeof(scan->relinked), "%s", line + file);
 		if (major != 0 || scan->unsavable[0])
 			continue;
-		snprintf(range, sizeof(range), "%lx-%lx", from, to);
 		if (reopens(map_files, range, line + file))
 			continue;
 		snprintf(scan->unsavable, sizeof(scan->unsavable), "%s", line + file);
@@ -117,6 +137,18 @@ static int refuse_jax(pid_t pid, const char *comm, struct stasis_error **err)
 				      "image restores");
 }
 
+static int refuse_relinked(const struct manifest_process *p, const char *path,
+			   struct stasis_error **err)
+{
+	stasis_error_set(err, ENOTSUP, STASIS_DOMAIN_USAGE, 0,
+			 "PID %d (%s) maps %s, a file whose name is gone while another name "
+			 "still links it (a POSIX semaphore, as Python's multiprocessing makes "
+			 "with its spawn start method): CRIU cannot save it yet",
+			 (int)p->pid, p->comm, path);
+	return stasis_error_hint(err, "nothing was changed; with multiprocessing, the 'fork' "
+				      "start method makes semaphores that CRIU saves");
+}
+
 int mappings_refuse_running_checkpointed(pid_t pid, const char *comm, struct stasis_error **err)
 {
 	struct maps_scan scan;
@@ -138,6 +170,8 @@ int mappings_check(const struct manifest *m, bool keeps_running, struct stasis_e
 			return refuse_opencl(p, err);
 		if (p->cuda && keeps_running && scan.jax)
 			return refuse_jax(p->pid, p->comm, err);
+		if (scan.relinked[0])
+			return refuse_relinked(p, scan.relinked, err);
 		if (!scan.unsavable[0])
 			continue;
 		stasis_error_set(err, ENOTSUP, STASIS_DOMAIN_USAGE, 0,
