@@ -19,6 +19,7 @@
 #include "image.h"
 #include "lock.h"
 #include "mappings.h"
+#include "sockets.h"
 #include "nvml.h"
 #include "preflight.h"
 #include "proc.h"
@@ -197,6 +198,8 @@ int checkpoint_preflight(struct manifest *m, struct gpu_batch *batch, const char
 		r = nvidia_refs_check(m, false, err);
 	if (r == 0)
 		r = mappings_check(m, keeps_running, err);
+	if (r == 0)
+		r = sockets_check(m, err);
 	if (r == 0)
 		r = preflight_image_room(m, dir, compress, err);
 	return r;

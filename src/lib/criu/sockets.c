@@ -1,0 +1,118 @@
+/* SPDX-License-Identifier: MIT */
+#include "sockets.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "util.h"
+
+/* The socket inodes among pid's descriptors; the caller frees them. */
+static int socket_inodes(pid_t pid, unsigned long **out, size_t *n)
+{
+	char path[64], link[64];
+	unsigned long *inodes = NULL, ino;
+	size_t cap = 0;
+	DIR *d;
+	struct dirent *de;
+
+	*n = 0;
+	snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
+	d = opendir(path);
+	if (!d)
+		return -errno;
+	while ((de = readdir(d))) {
+		ssize_t len = readlinkat(dirfd(d), de->d_name, link, sizeof(link) - 1);
+
+		if (len <= 0)
+			continue;
+		link[len] = '\0';
+		if (sscanf(link, "socket:[%lu]", &ino) != 1)
+			continue;
+		if (*n == cap) {
+			unsigned long *bigger =
+			    realloc(inodes, (cap ? 2 * cap : 16) * sizeof(*inodes));
+
+			if (!bigger) {
+				free(inodes);
+				closedir(d);
+				return -ENOMEM;
+			}
+			inodes = bigger;
+			cap = cap ? 2 * cap : 16;
+		}
+		inodes[(*n)++] = ino;
+	}
+	closedir(d);
+	*out = inodes;
+	return 0;
+}
+
+/* The TCP states CRIU saves only with --tcp-established (include/net/tcp_states.h):
+ * ESTABLISHED, SYN_SENT, FIN_WAIT1, FIN_WAIT2, CLOSE_WAIT, LAST_ACK, CLOSING. */
+static bool connected_state(unsigned int st)
+{
+	return st == 0x01 || st == 0x02 || st == 0x04 || st == 0x05 || st == 0x08 || st == 0x09 ||
+	       st == 0x0B;
+}
+
+static bool has_inode(const unsigned long *inodes, size_t n, unsigned long ino)
+{
+	for (size_t i = 0; i < n; i++)
+		if (inodes[i] == ino)
+			return true;
+	return false;
+}
+
+/* The first connected socket of pid's in /proc/PID/net/TABLE: its ports. */
+static bool find_connected(pid_t pid, const char *table, const unsigned long *inodes, size_t n,
+			   unsigned int *local, unsigned int *remote)
+{
+	char path[64], line[512];
+	_cleanup_fclose_ FILE *f = NULL;
+
+	snprintf(path, sizeof(path), "/proc/%d/net/%s", (int)pid, table);
+	f = fopen(path, "re");
+	while (f && fgets(line, sizeof(line), f)) {
+		unsigned int st;
+		unsigned long ino;
+
+		/* sl local:port remote:port st tx:rx tr:when retrnsmt uid timeout inode */
+		if (sscanf(line,
+			   " %*u: %*[0-9A-Fa-f]:%x %*[0-9A-Fa-f]:%x %x %*s %*s %*s %*u %*u %lu",
+			   local, remote, &st, &ino) == 4 &&
+		    connected_state(st) && has_inode(inodes, n, ino))
+			return true;
+	}
+	return false;
+}
+
+int sockets_check(const struct manifest *m, struct stasis_error **err)
+{
+	if (m->options.tcp_established)
+		return 0;
+	for (size_t i = 0; i < m->nprocs; i++) {
+		const struct manifest_process *p = &m->procs[i];
+		_cleanup_free_ unsigned long *inodes = NULL;
+		unsigned int local, remote;
+		size_t n;
+
+		if (socket_inodes(p->pid, &inodes, &n) < 0 || !n)
+			continue;
+		if (!find_connected(p->pid, "tcp", inodes, n, &local, &remote) &&
+		    !find_connected(p->pid, "tcp6", inodes, n, &local, &remote))
+			continue;
+		stasis_error_set(err, ENOTSUP, STASIS_DOMAIN_USAGE, 0,
+				 "PID %d (%s) holds a connected TCP socket (local port %u, remote "
+				 "port %u), which CRIU saves only with --tcp-established",
+				 (int)p->pid, p->comm, local, remote);
+		return stasis_error_hint(err,
+					 "checkpoint with --tcp-established to keep the "
+					 "connection (its peer must still be there at restore), "
+					 "or close it first");
+	}
+	return 0;
+}
