@@ -397,6 +397,35 @@ static int make_log(int workfd, const char *work, const char *name, struct stasi
 	return 0;
 }
 
+/* Whether an executable name is on PATH, as CRIU's exec of it finds it. */
+static bool on_path(const char *name)
+{
+	const char *path = getenv("PATH");
+	char dir[PATH_MAX], file[PATH_MAX + 64];
+
+	while (path && *path) {
+		size_t len = strcspn(path, ":");
+
+		snprintf(dir, sizeof(dir), "%.*s", (int)len, path);
+		snprintf(file, sizeof(file), "%s/%s", len ? dir : ".", name);
+		if (access(file, X_OK) == 0)
+			return true;
+		path += len + (path[len] == ':');
+	}
+	return false;
+}
+
+/* CRIU locks a tree's TCP connections while it saves or restores them, by
+ * default with iptables-restore, which a machine without iptables lacks
+ * (the GPU machines: "Failed to lock TCP connection", after the GPU
+ * checkpoint); stasis's CRIU is built with libnftables, which needs no
+ * program, and takes it there. */
+static void choose_network_lock(criu_opts *opts, bool tcp_established)
+{
+	if (tcp_established && !on_path("iptables-restore"))
+		criu_local_set_network_lock(opts, CRIU_NETWORK_LOCK_NFTABLES);
+}
+
 static criu_notify_fn current_notify;
 
 /* The last notification's answer; -1 until one comes. */
@@ -445,6 +474,7 @@ int criu_run_dump(const struct criu_dump_request *req, struct stasis_error **err
 	criu_local_set_leave_running(opts, req->leave_running);
 	criu_local_set_shell_job(opts, req->shell_job);
 	criu_local_set_tcp_established(opts, req->tcp_established);
+	choose_network_lock(opts, req->tcp_established);
 	criu_local_set_file_locks(opts, true);
 	for (size_t i = 0; i < req->nexternals; i++)
 		criu_local_add_external(opts, req->externals[i]);
@@ -482,6 +512,7 @@ int criu_run_restore(const struct criu_restore_request *req, pid_t *root_out,
 	criu_local_set_log_level(opts, CRIU_LOG_LEVEL);
 	criu_local_set_shell_job(opts, req->shell_job);
 	criu_local_set_tcp_established(opts, req->tcp_established);
+	choose_network_lock(opts, req->tcp_established);
 	criu_local_set_file_locks(opts, true);
 	for (size_t i = 0; i < req->ninherit; i++)
 		criu_local_add_inherit_fd(opts, req->inherit_fds[i], req->inherit_keys[i]);
