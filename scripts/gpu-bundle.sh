@@ -42,6 +42,7 @@ for bin in "$out/bin/stasis" "$out/bin/runc" "$out/bin/zstd" "$out/bench/zstat" 
 	done
 done
 nvcc -O2 -arch=sm_90 -o "$out/tests/probe" "$root/tests/gpu/probe.cu"
+nvcc -O2 -arch=sm_90 -o "$out/tests/peer-probe" "$root/tests/gpu/peer-probe.cu"
 cp "$root/tests/gpu/train.py" "$root/tests/gpu/run" "$root/tests/gpu/bundle.sh" "$root/tests/gpu/clean" "$root/tests/gpu/watch" "$out/tests/"
 mkdir -p "$out/tests/frameworks"
 cp "$root"/tests/gpu/frameworks/*.py "$root/tests/gpu/frameworks/run" "$out/tests/frameworks/"

@@ -11,6 +11,7 @@
 #include "cli.h"
 #include "gpu.h"
 #include "mappings.h"
+#include "peer-limit.h"
 #include "proc.h"
 #include "stasis.h"
 #include "util.h"
@@ -46,7 +47,7 @@ static int preflight(struct gpu_batch *batch, bool suspend, struct stasis_error 
 			return stasis_error_hint(err, "only suspended processes can be resumed");
 		}
 	}
-	return 0;
+	return suspend ? peer_limit_check(batch, err) : 0;
 }
 
 static void print_result(const struct gpu_batch *batch, bool suspend, bool json, uint64_t total)

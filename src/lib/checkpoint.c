@@ -21,6 +21,7 @@
 #include "mappings.h"
 #include "sockets.h"
 #include "nvml.h"
+#include "peer-limit.h"
 #include "preflight.h"
 #include "proc.h"
 #include "progress.h"
@@ -194,6 +195,8 @@ int checkpoint_preflight(struct manifest *m, struct gpu_batch *batch, const char
 		r = describe_gpus(batch, m);
 	if (r == 0)
 		r = preflight_gpu_checkpoint(m, err);
+	if (r == 0)
+		r = peer_limit_check(batch, err);
 	if (r == 0)
 		r = nvidia_refs_check(m, false, err);
 	if (r == 0)

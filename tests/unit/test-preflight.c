@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "peer-limit.h"
 #include "preflight.h"
 
 #define GIB (1ull << 30)
@@ -110,13 +111,31 @@ static void no_cuda_no_refusal(void **state)
 	manifest_free(&m);
 }
 
+/* The figures measured on two H200s (driver 580.159.04, a bare context
+ * 520 MiB): 128, 256 and 384 MiB on each GPU with peer access restored, a
+ * single 512 MiB allocation did not. */
+static void peer_limit_numbers(void **state)
+{
+	const uint64_t mib = 1ull << 20, context = 520 * mib;
+
+	(void)state;
+	assert_false(peer_limit_may_hold(context + 128 * mib, context));
+	assert_false(peer_limit_may_hold(context + 384 * mib, context));
+	assert_true(peer_limit_may_hold(context + 512 * mib, context));
+	assert_true(peer_limit_may_hold(context + 1024 * mib, context));
+	/* A workload that shrank its context by cudaDeviceSetLimit. */
+	assert_true(peer_limit_may_hold(context - 60 * mib + 512 * mib, context));
+	/* A context of unknown size refuses from 512 MiB of use. */
+	assert_false(peer_limit_may_hold(511 * mib, 0));
+	assert_true(peer_limit_may_hold(512 * mib, 0));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(host_memory_numbers),
-	    cmocka_unit_test(dirty_limit_numbers),
-	    cmocka_unit_test(stage_decisions),
-	    cmocka_unit_test(no_cuda_no_refusal),
+	    cmocka_unit_test(host_memory_numbers), cmocka_unit_test(dirty_limit_numbers),
+	    cmocka_unit_test(stage_decisions),	   cmocka_unit_test(no_cuda_no_refusal),
+	    cmocka_unit_test(peer_limit_numbers),
 	};
 
 	return cmocka_run_group_tests_name("preflight", tests, NULL, NULL);

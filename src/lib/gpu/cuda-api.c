@@ -36,6 +36,8 @@ struct cuda_ops {
 	CUresult (*checkpoint)(int pid, CUcheckpointCheckpointArgs *args);
 	CUresult (*restore)(int pid, CUcheckpointRestoreArgs *args);
 	CUresult (*unlock)(int pid, CUcheckpointUnlockArgs *args);
+	CUresult (*primary_ctx_retain)(CUcontext *ctx, CUdevice dev);
+	CUresult (*primary_ctx_release)(CUdevice dev);
 };
 
 static struct cuda_ops ops;
@@ -72,6 +74,8 @@ static void load(void)
 	    {"cuCheckpointProcessCheckpoint", (void **)&ops.checkpoint, true},
 	    {"cuCheckpointProcessRestore", (void **)&ops.restore, true},
 	    {"cuCheckpointProcessUnlock", (void **)&ops.unlock, true},
+	    {"cuDevicePrimaryCtxRetain", (void **)&ops.primary_ctx_retain, false},
+	    {"cuDevicePrimaryCtxRelease_v2", (void **)&ops.primary_ctx_release, false},
 	};
 
 	ops.handle = dlopen(library_name(), RTLD_NOW | RTLD_LOCAL);
@@ -317,4 +321,24 @@ int cuda_uuid_parse(const char *text, struct cuda_uuid *uuid)
 		p++;
 	}
 	return n == 16 ? 0 : -EINVAL;
+}
+
+cuda_result cuda_context_hold(int ordinal)
+{
+	CUcontext ctx;
+	CUdevice dev;
+	CUresult r;
+
+	if (!ops.primary_ctx_retain || !ops.primary_ctx_release)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	r = ops.device_get(&dev, ordinal);
+	return r == CUDA_SUCCESS ? ops.primary_ctx_retain(&ctx, dev) : r;
+}
+
+void cuda_context_drop(int ordinal)
+{
+	CUdevice dev;
+
+	if (ops.primary_ctx_release && ops.device_get(&dev, ordinal) == CUDA_SUCCESS)
+		ops.primary_ctx_release(dev);
 }

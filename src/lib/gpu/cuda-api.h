@@ -67,6 +67,10 @@ cuda_result cuda_restore(pid_t pid, const struct cuda_gpu_pair *pairs, unsigned 
 cuda_result cuda_unlock(pid_t pid);
 int cuda_device_count(void);
 cuda_result cuda_device_uuid(int ordinal, struct cuda_uuid *uuid);
+/* This process's own context on GPU ordinal, made and dropped again: what
+ * a bare context takes there (CUDA_ERROR_NOT_SUPPORTED without the calls). */
+cuda_result cuda_context_hold(int ordinal);
+void cuda_context_drop(int ordinal);
 
 /* Whether a driver library can be loaded at all (no error kept). */
 bool cuda_available(void);

@@ -217,8 +217,8 @@ int nvml_processes(const struct nvml_gpu *gpus, size_t ngpus, struct nvml_proces
 			procs[n].pid = (pid_t)infos[i].pid;
 			procs[n].gpu = (int)g;
 			/* NVML says "not available" with all bits set. */
-			procs[n].used_bytes =
-			    infos[i].used_gpu_memory == ~0ULL ? 0 : infos[i].used_gpu_memory;
+			procs[n].used_known = infos[i].used_gpu_memory != ~0ULL;
+			procs[n].used_bytes = procs[n].used_known ? infos[i].used_gpu_memory : 0;
 			n++;
 		}
 	}

@@ -29,6 +29,7 @@ struct nvml_process {
 	pid_t pid;
 	int gpu; /* index into the nvml_gpu array */
 	uint64_t used_bytes;
+	bool used_known; /* NVML can say "not available": used_bytes is 0 then */
 };
 
 /* Load and initialise once; ENODEV "no NVIDIA driver found" without one. */
