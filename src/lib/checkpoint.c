@@ -187,7 +187,8 @@ static int find_cuda_processes(struct manifest *m, struct gpu_batch *batch,
 }
 
 int checkpoint_preflight(struct manifest *m, struct gpu_batch *batch, const char *dir,
-			 bool compress, bool keeps_running, struct stasis_error **err)
+			 bool compress, bool keeps_running, bool same_machine,
+			 struct stasis_error **err)
 {
 	int r = find_cuda_processes(m, batch, err);
 
@@ -200,7 +201,11 @@ int checkpoint_preflight(struct manifest *m, struct gpu_batch *batch, const char
 	if (r == 0)
 		r = nvidia_refs_check(m, false, err);
 	if (r == 0)
-		r = mappings_check(m, keeps_running, err);
+		r = mappings_check(m, keeps_running,
+				   same_machine && !keeps_running && !m->container.runtime,
+				   &m->options.link_remap, err);
+	if (r == 0)
+		r = sockets_refuse_nccl_ranks(m, err);
 	if (r == 0)
 		r = sockets_check(m, err);
 	if (r == 0)
@@ -337,7 +342,8 @@ static int checkpoint_prepared(struct target *t, struct manifest *m, struct gpu_
 	if (r == 0 && o->compress)
 		r = image_pack_preflight(err);
 	if (r == 0)
-		r = checkpoint_preflight(m, batch, o->dir, o->compress, o->leave_running, err);
+		r = checkpoint_preflight(m, batch, o->dir, o->compress, o->leave_running, true,
+					 err);
 	manifest_add_phase(m, "preflight", now_usec() - start);
 	if (r < 0)
 		return r;

@@ -21,9 +21,11 @@ void checkpoint_fill_host_facts(struct manifest *m);
 /* Which processes of m use CUDA (into batch), their GPUs, and every refusal
  * that must come before anything changes: what the driver cannot
  * checkpoint, what CRIU cannot save, an image that cannot fit dir; with
- * keeps_running, a process that cannot run on while checkpointed. */
+ * keeps_running, a process that cannot run on while checkpointed; without
+ * same_machine (a migration), what only this machine could restore. */
 int checkpoint_preflight(struct manifest *m, struct gpu_batch *batch, const char *dir,
-			 bool compress, bool keeps_running, struct stasis_error **err);
+			 bool compress, bool keeps_running, bool same_machine,
+			 struct stasis_error **err);
 
 /* Lock and checkpoint every CUDA process, in parallel; then check that
  * what the driver left behind can be saved. The caller rolls back. */

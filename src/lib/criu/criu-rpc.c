@@ -475,6 +475,7 @@ int criu_run_dump(const struct criu_dump_request *req, struct stasis_error **err
 	criu_local_set_shell_job(opts, req->shell_job);
 	criu_local_set_tcp_established(opts, req->tcp_established);
 	choose_network_lock(opts, req->tcp_established);
+	criu_local_set_link_remap(opts, req->link_remap);
 	criu_local_set_file_locks(opts, true);
 	for (size_t i = 0; i < req->nexternals; i++)
 		criu_local_add_external(opts, req->externals[i]);

@@ -25,6 +25,7 @@ struct criu_dump_request {
 	bool leave_running;
 	bool shell_job;
 	bool tcp_established;
+	bool link_remap;	      /* CRIU's --link-remap (mappings_check decides) */
 	const char *const *externals; /* CRIU --external keys */
 	size_t nexternals;
 	criu_notify_fn notify;

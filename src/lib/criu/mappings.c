@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 #include "mappings.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -38,10 +39,24 @@ struct maps_scan {
 	bool jax;	     /* a library of JAX_RUNTIME_DIRS is mapped */
 	char unsavable[256]; /* the first mapping CRIU could not open again */
 	unsigned long start; /* and its address */
-	char relinked[256];  /* the first deleted file still linked elsewhere */
+	char relinked[256];  /* the first deleted file still linked, not in SHM_DIR */
+	bool shm_relinked;   /* some deleted file still linked is in SHM_DIR */
+	char cuda_ipc[256];  /* the first of CUDA IPC's shared files mapped */
 };
 
 #define DELETED " (deleted)"
+
+/* The one folder whose relinked files CRIU may save, by its link-remap:
+ * CRIU makes a hard link of the file beside its old name at the dump, and
+ * at the restore links the old name again and removes both. Only in a
+ * folder of root's that is no link and whose sticky bit keeps others from
+ * renaming what is in it may stasis, as root, let CRIU make and remove
+ * names where a path from the process says. */
+#define SHM_DIR "/dev/shm/"
+
+/* The files the driver's CUDA IPC maps into its exporter and importers
+ * (measured with driver 580: /dev/shm/cuda.shm.0.<exporter's PID, hex>.N). */
+#define CUDA_IPC_PREFIX SHM_DIR "cuda.shm."
 
 /* A mapped file whose name is gone while the file has another (a POSIX
  * semaphore: glibc makes it under a temporary name, links it to its own
@@ -56,6 +71,23 @@ static bool deleted_but_linked(int map_files, const char *range, const char *pat
 
 	return len > strlen(DELETED) && strcmp(path + len - strlen(DELETED), DELETED) == 0 &&
 	       fstatat(map_files, range, &st, 0) == 0 && S_ISREG(st.st_mode) && st.st_nlink > 0;
+}
+
+/* A deleted name directly in SHM_DIR: "/dev/shm/sem.XXXXXX (deleted)". */
+static bool in_shm_dir(const char *path)
+{
+	size_t len = strlen(path) - strlen(DELETED);
+
+	return strncmp(path, SHM_DIR, strlen(SHM_DIR)) == 0 &&
+	       !memchr(path + strlen(SHM_DIR), '/', len - strlen(SHM_DIR));
+}
+
+static void note_relinked(struct maps_scan *scan, const char *path)
+{
+	if (in_shm_dir(path))
+		scan->shm_relinked = true;
+	else if (!scan->relinked[0])
+		snprintf(scan->relinked, sizeof(scan->relinked), "%s", path);
 }
 
 static bool is_opencl(const char *file)
@@ -103,8 +135,11 @@ static int scan_maps(pid_t pid, struct maps_scan *scan)
 		scan->opencl = scan->opencl || is_opencl(line + file);
 		scan->jax = scan->jax || is_jax(line + file);
 		snprintf(range, sizeof(range), "%lx-%lx", from, to);
-		if (!scan->relinked[0] && deleted_but_linked(map_files, range, line + file))
-			snprintf(scan->relinked, sizeof(scan->relinked), "%s", line + file);
+		if (deleted_but_linked(map_files, range, line + file))
+			note_relinked(scan, line + file);
+		if (!scan->cuda_ipc[0] &&
+		    strncmp(line + file, CUDA_IPC_PREFIX, strlen(CUDA_IPC_PREFIX)) == 0)
+			snprintf(scan->cuda_ipc, sizeof(scan->cuda_ipc), "%s", line + file);
 		if (major != 0 || scan->unsavable[0])
 			continue;
 		if (reopens(map_files, range, line + file))
@@ -115,16 +150,44 @@ static int scan_maps(pid_t pid, struct maps_scan *scan)
 	return 0;
 }
 
-/* The driver's checkpoint saves a process's CUDA contexts; an OpenCL
- * context beside them (measured: PyTorch Lightning's main process) keeps
- * its mappings of the device, which nothing can save. */
+/* Descriptors of deleted files still linked elsewhere: CRIU's link-remap
+ * would take those too. */
+static void scan_fds(pid_t pid, struct maps_scan *scan)
+{
+	char name[64], link[PATH_MAX];
+	struct dirent *de;
+	DIR *dir;
+
+	snprintf(name, sizeof(name), "/proc/%d/fd", (int)pid);
+	dir = opendir(name);
+	if (!dir)
+		return;
+	while ((de = readdir(dir))) {
+		ssize_t len = readlinkat(dirfd(dir), de->d_name, link, sizeof(link) - 1);
+
+		if (len <= 0)
+			continue;
+		link[len] = '\0';
+		if (link[0] == '/' && deleted_but_linked(dirfd(dir), de->d_name, link))
+			note_relinked(scan, link);
+	}
+	closedir(dir);
+}
+
+/* The driver's checkpoint saves a process's CUDA contexts. NVIDIA's OpenCL
+ * driver keeps mappings of the device beside them (measured in PyTorch
+ * Lightning's process: six, still there after the CUDA checkpoint, made
+ * when hwloc, which Open MPI loads, asked OpenCL for its devices). */
 static int refuse_opencl(const struct manifest_process *p, struct stasis_error **err)
 {
-	stasis_error_set(err, ENOTSUP, STASIS_DOMAIN_CUDA, 0,
-			 "PID %d (%s) uses OpenCL beside CUDA (%s is loaded); the driver's "
-			 "checkpoint saves CUDA's GPU state only",
-			 (int)p->pid, p->comm, OPENCL_DRIVER);
-	return stasis_error_hint(err, "keep the program from loading OpenCL");
+	stasis_error_set(
+	    err, ENOTSUP, STASIS_DOMAIN_CUDA, 0,
+	    "PID %d (%s) uses OpenCL beside CUDA (%s is loaded and keeps "
+	    "mappings of the GPU); the driver's checkpoint saves CUDA's GPU state only",
+	    (int)p->pid, p->comm, OPENCL_DRIVER);
+	return stasis_error_hint(err, "nothing was changed; where hwloc loads it (Open MPI, "
+				      "PyTorch Lightning), start the program with "
+				      "HWLOC_COMPONENTS=-opencl");
 }
 
 static int refuse_jax(pid_t pid, const char *comm, struct stasis_error **err)
@@ -137,16 +200,52 @@ static int refuse_jax(pid_t pid, const char *comm, struct stasis_error **err)
 				      "image restores");
 }
 
-static int refuse_relinked(const struct manifest_process *p, const char *path,
+static int refuse_relinked(const struct manifest_process *p, const char *path, const char *why,
 			   struct stasis_error **err)
 {
 	stasis_error_set(err, ENOTSUP, STASIS_DOMAIN_USAGE, 0,
-			 "PID %d (%s) maps %s, a file whose name is gone while another name "
-			 "still links it (a POSIX semaphore, as Python's multiprocessing makes "
-			 "with its spawn start method): CRIU cannot save it yet",
-			 (int)p->pid, p->comm, path);
-	return stasis_error_hint(err, "nothing was changed; with multiprocessing, the 'fork' "
-				      "start method makes semaphores that CRIU saves");
+			 "PID %d (%s) holds %s, a file whose name is gone while another name "
+			 "still links it: %s",
+			 (int)p->pid, p->comm, path, why);
+	return stasis_error_hint(err, "nothing was changed; with Python's multiprocessing, "
+				      "the 'fork' start method makes no such files");
+}
+
+/* The processes of m that map the file at path, "PID N, PID M". */
+static void mappers(const struct manifest *m, const char *path, char *buf, size_t len)
+{
+	size_t used = 0;
+
+	buf[0] = '\0';
+	for (size_t i = 0; i < m->nprocs && used < len; i++) {
+		char name[64], line[PATH_MAX + 128];
+		_cleanup_fclose_ FILE *maps = NULL;
+		bool found = false;
+
+		snprintf(name, sizeof(name), "/proc/%d/maps", (int)m->procs[i].pid);
+		maps = fopen(name, "re");
+		while (maps && !found && fgets(line, sizeof(line), maps))
+			found = strstr(line, path) != NULL;
+		if (found)
+			used += (size_t)snprintf(buf + used, len - used, "%sPID %d",
+						 used ? ", " : "", (int)m->procs[i].pid);
+	}
+}
+
+/* CUDA IPC: GPU memory of one process mapped into others. Driver 580's
+ * checkpoint takes both sides, and the importer's restore fails (measured:
+ * a rollback then left it checkpointed); NVIDIA supports it from 610. */
+static int refuse_cuda_ipc(const struct manifest *m, const char *path, struct stasis_error **err)
+{
+	char who[256];
+
+	mappers(m, path, who, sizeof(who));
+	stasis_error_set(err, ENOTSUP, STASIS_DOMAIN_CUDA, 0,
+			 "%s share%s GPU memory through CUDA IPC (mapping %s); the driver "
+			 "cannot restore processes that import another's GPU memory",
+			 who[0] ? who : "processes of the tree", strchr(who, ',') ? "" : "s", path);
+	return stasis_error_hint(err, "nothing was changed; share tensors through host "
+				      "memory, or checkpoint before the GPU memory is shared");
 }
 
 int mappings_refuse_running_checkpointed(pid_t pid, const char *comm, struct stasis_error **err)
@@ -158,30 +257,48 @@ int mappings_refuse_running_checkpointed(pid_t pid, const char *comm, struct sta
 	return 0;
 }
 
-int mappings_check(const struct manifest *m, bool keeps_running, struct stasis_error **err)
+static int refuse_unsavable(const struct manifest_process *p, const struct maps_scan *scan,
+			    struct stasis_error **err)
 {
+	stasis_error_set(err, ENOTSUP, STASIS_DOMAIN_USAGE, 0,
+			 "PID %d (%s) maps %s at 0x%lx, which CRIU cannot save: it cannot "
+			 "be opened again",
+			 (int)p->pid, p->comm, scan->unsavable, scan->start);
+	return stasis_error_hint(err,
+				 "io_uring rings, DMA-BUFs and NCCL's buffers shared between "
+				 "processes are such mappings; checkpoint before they are made "
+				 "or after they are released");
+}
+
+int mappings_check(const struct manifest *m, bool keeps_running, bool shm_remap_ok,
+		   bool *link_remap, struct stasis_error **err)
+{
+	*link_remap = false;
 	for (size_t i = 0; i < m->nprocs; i++) {
 		const struct manifest_process *p = &m->procs[i];
 		struct maps_scan scan;
 
 		if (scan_maps(p->pid, &scan) < 0)
 			continue;
+		scan_fds(p->pid, &scan);
 		if (p->cuda && scan.opencl)
 			return refuse_opencl(p, err);
 		if (p->cuda && keeps_running && scan.jax)
 			return refuse_jax(p->pid, p->comm, err);
+		if (scan.cuda_ipc[0])
+			return refuse_cuda_ipc(m, scan.cuda_ipc, err);
 		if (scan.relinked[0])
-			return refuse_relinked(p, scan.relinked, err);
-		if (!scan.unsavable[0])
-			continue;
-		stasis_error_set(err, ENOTSUP, STASIS_DOMAIN_USAGE, 0,
-				 "PID %d (%s) maps %s at 0x%lx, which CRIU cannot save: it cannot "
-				 "be opened again",
-				 (int)p->pid, p->comm, scan.unsavable, scan.start);
-		return stasis_error_hint(
-		    err, "io_uring rings, DMA-BUFs and NCCL's buffers shared between "
-			 "processes are such mappings; checkpoint before they are made or "
-			 "after they are released");
+			return refuse_relinked(p, scan.relinked,
+					       "CRIU saves such a file only in " SHM_DIR, err);
+		if (scan.shm_relinked && !shm_remap_ok)
+			return refuse_relinked(
+			    p, "a file in " SHM_DIR,
+			    "its image could restore only on this machine, from a checkpoint "
+			    "that ends the tree (not --leave-running, a migration or a container)",
+			    err);
+		*link_remap = *link_remap || scan.shm_relinked;
+		if (scan.unsavable[0])
+			return refuse_unsavable(p, &scan, err);
 	}
 	return 0;
 }

@@ -20,10 +20,16 @@
 #define JAX_RUNTIME_DIRS "/jaxlib/", "/jax_plugins/"
 
 /* Refuse, naming the process and the mapping, when a process of m has
- * one, or when a CUDA process of m has an OpenCL context too; with
- * keeps_running (--leave-running), also a CUDA process that cannot run on
- * while its GPU state is checkpointed (mappings_refuse_running_checkpointed). */
-int mappings_check(const struct manifest *m, bool keeps_running, struct stasis_error **err);
+ * one, when a CUDA process of m has an OpenCL context too, or when
+ * processes of m share GPU memory through CUDA IPC; with keeps_running
+ * (--leave-running), also a CUDA process that cannot run on while its GPU
+ * state is checkpointed (mappings_refuse_running_checkpointed). A file
+ * deleted while another name links it (a POSIX semaphore of Python's
+ * spawn start method) is saved by CRIU's link-remap where it is in
+ * /dev/shm and shm_remap_ok (the image restores on this machine from a
+ * dump that ends the tree): *link_remap then says to ask CRIU for it. */
+int mappings_check(const struct manifest *m, bool keeps_running, bool shm_remap_ok,
+		   bool *link_remap, struct stasis_error **err);
 
 /* Refuse a process that is to run on while its GPU state is checkpointed
  * (--leave-running, gpu suspend) when it runs JAX. Measured with JAX's

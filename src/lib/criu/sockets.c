@@ -116,3 +116,53 @@ int sockets_check(const struct manifest *m, struct stasis_error **err)
 	}
 	return 0;
 }
+
+/* NCCL's proxy socket, abstract, one per rank (its misc/ipcsocket.cc):
+ * the ranks pass each other the GPU memory they share through it. */
+#define NCCL_SOCKET "@/tmp/nccl-socket-"
+
+/* pid's first socket in /proc/PID/net/unix bound to a name that begins
+ * with prefix, into name. */
+static bool find_unix_named(pid_t pid, const unsigned long *inodes, size_t n, const char *prefix,
+			    char *name, size_t len)
+{
+	char path[64], line[512];
+	_cleanup_fclose_ FILE *f = NULL;
+
+	snprintf(path, sizeof(path), "/proc/%d/net/unix", (int)pid);
+	f = fopen(path, "re");
+	while (f && fgets(line, sizeof(line), f)) {
+		unsigned long ino;
+		int at = 0;
+
+		/* Num: RefCount Protocol Flags Type St Inode Path */
+		if (sscanf(line, "%*s %*s %*s %*s %*s %*s %lu %n", &ino, &at) < 1 || !at ||
+		    strncmp(line + at, prefix, strlen(prefix)) != 0 || !has_inode(inodes, n, ino))
+			continue;
+		snprintf(name, len, "%s", strip_trailing(line + at));
+		return true;
+	}
+	return false;
+}
+
+int sockets_refuse_nccl_ranks(const struct manifest *m, struct stasis_error **err)
+{
+	for (size_t i = 0; i < m->nprocs; i++) {
+		const struct manifest_process *p = &m->procs[i];
+		_cleanup_free_ unsigned long *inodes = NULL;
+		char name[128];
+		size_t n;
+
+		if (!p->cuda || socket_inodes(p->pid, &inodes, &n) < 0 || !n ||
+		    !find_unix_named(p->pid, inodes, n, NCCL_SOCKET, name, sizeof(name)))
+			continue;
+		stasis_error_set(err, ENOTSUP, STASIS_DOMAIN_CUDA, 0,
+				 "PID %d (%s) is an NCCL rank (it holds NCCL's socket %s): the "
+				 "driver cannot checkpoint GPU memory that NCCL ranks share, and "
+				 "a rank's rollback is not sure to bring it back",
+				 (int)p->pid, p->comm, name);
+		return stasis_error_hint(err, "nothing was changed; save the job's own "
+					      "checkpoint (torch.save) and start it again instead");
+	}
+	return 0;
+}

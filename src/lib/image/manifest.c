@@ -238,6 +238,7 @@ char *manifest_to_json(const struct manifest *m, bool pretty)
 			       json_object_new_boolean(m->options.tcp_established));
 	json_object_object_add(opts, "compress", json_object_new_boolean(m->options.compress));
 	json_object_object_add(opts, "staged", json_object_new_boolean(m->options.staged));
+	json_object_object_add(opts, "link_remap", json_object_new_boolean(m->options.link_remap));
 	json_object_object_add(root, "options", opts);
 	if (m->container.runtime)
 		json_object_object_add(root, "container", container_to_json(&m->container));
@@ -513,6 +514,7 @@ static int decode(json_object *root, struct manifest *m, struct stasis_error **e
 		m->options.tcp_established = get_bool(opts, "tcp_established");
 		m->options.compress = get_bool(opts, "compress");
 		m->options.staged = get_bool(opts, "staged");
+		m->options.link_remap = get_bool(opts, "link_remap");
 	}
 	r = decode_gpus(root, m, err);
 	if (r < 0)

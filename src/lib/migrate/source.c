@@ -375,7 +375,7 @@ static int prepare(const struct stasis_migrate_options *o, struct gpu_batch *bat
 		r = image_pack_preflight(err);
 	if (r == 0)
 		/* The tree stays frozen until the GPU restore of a rollback. */
-		r = checkpoint_preflight(mig.m, batch, image_stage_root(), true, false, err);
+		r = checkpoint_preflight(mig.m, batch, image_stage_root(), true, false, false, err);
 	manifest_add_phase(mig.m, "preflight", now_usec() - start);
 	start = now_usec();
 	if (r == 0)

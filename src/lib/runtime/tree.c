@@ -105,6 +105,7 @@ static int tree_dump(struct target *t, struct manifest *m, struct stasis_error *
 	    .leave_running = o->leave_running,
 	    .shell_job = o->shell_job,
 	    .tcp_established = o->tcp_established,
+	    .link_remap = m->options.link_remap,
 	    .notify = on_dump_notify,
 	};
 	int r;
