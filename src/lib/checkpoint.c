@@ -205,7 +205,7 @@ int checkpoint_preflight(struct manifest *m, struct gpu_batch *batch, const char
 				   same_machine && !keeps_running && !m->container.runtime,
 				   &m->options.link_remap, err);
 	if (r == 0)
-		r = sockets_refuse_nccl_ranks(m, err);
+		r = peer_limit_refuse_nccl_ranks(m, err);
 	if (r == 0)
 		r = sockets_check(m, err);
 	if (r == 0)

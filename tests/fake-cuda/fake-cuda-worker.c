@@ -8,6 +8,8 @@
  *   FAKE_WORKER_DEVFILE=PATH   open PATH before forking and keep it open
  *   FAKE_WORKER_DEVMAP=PATH    map PATH shared as well
  *   FAKE_WORKER_IDLE_CHILD=1   fork a child that never "uses CUDA"
+ * A thread of a given name beside the counting one (a framework's helper):
+ *   FAKE_WORKER_THREAD=NAME
  * Memory for CRIU to dump, checked while it counts:
  *   FAKE_WORKER_HEAP_MB=N      each CUDA process fills N MiB with a pattern
  *                              and checks a page of it each tick; a page
@@ -131,6 +133,24 @@ static void hold_device_refs(void)
 	}
 }
 
+static void *named_thread(void *name)
+{
+	prctl(PR_SET_NAME, (unsigned long)name, 0, 0, 0);
+	while (!stop)
+		usleep(10000);
+	return NULL;
+}
+
+/* Started before the fork: the children have no such thread. */
+static void start_named_thread(void)
+{
+	const char *name = getenv("FAKE_WORKER_THREAD");
+	pthread_t thread;
+
+	if (name && *name && pthread_create(&thread, NULL, named_thread, (void *)name) != 0)
+		exit(3);
+}
+
 int main(int argc, char **argv)
 {
 	int children = argc > 2 ? atoi(argv[2]) : 0;
@@ -146,6 +166,7 @@ int main(int argc, char **argv)
 	sigemptyset(&sa.sa_mask);
 	sigaction(SIGTERM, &sa, NULL);
 	hold_device_refs();
+	start_named_thread();
 	if (getenv("FAKE_WORKER_IDLE_CHILD") && *getenv("FAKE_WORKER_IDLE_CHILD") && fork() == 0) {
 		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		while (!stop)

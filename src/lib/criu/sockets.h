@@ -13,10 +13,4 @@
  * those states), naming the process and the connection's ports. */
 int sockets_check(const struct manifest *m, struct stasis_error **err);
 
-/* Refuse a CUDA process of m that is a rank of an NCCL communicator
- * between processes (it holds NCCL's proxy socket): measured with driver
- * 580 and NCCL 2.28, both ranks of a DDP job were checkpointed by the
- * driver, CRIU failed on them, and neither rank's GPU restore worked. */
-int sockets_refuse_nccl_ranks(const struct manifest *m, struct stasis_error **err);
-
 #endif

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 #include "peer-limit.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -132,6 +133,54 @@ int peer_limit_check(const struct gpu_batch *batch, struct stasis_error **err)
 		if (use.big)
 			return refuse(pid, &gpus[use.big->gpu], use.big, context[use.big->gpu],
 				      use.count, err);
+	}
+	return 0;
+}
+
+/* PyTorch's name for the watchdog thread of its NCCL process groups. */
+#define NCCL_WATCHDOG "pt_nccl_watchdg"
+
+static bool has_thread_named(pid_t pid, const char *name)
+{
+	char path[64];
+	struct dirent *de;
+	bool found = false;
+	DIR *dir;
+
+	snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+	dir = opendir(path);
+	while (dir && !found && (de = readdir(dir))) {
+		char comm[64] = "";
+		FILE *f;
+
+		if (de->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "/proc/%d/task/%s/comm", (int)pid, de->d_name);
+		f = fopen(path, "re");
+		if (f && fgets(comm, sizeof(comm), f))
+			found = strcmp(strip_trailing(comm), name) == 0;
+		if (f)
+			fclose(f);
+	}
+	if (dir)
+		closedir(dir);
+	return found;
+}
+
+int peer_limit_refuse_nccl_ranks(const struct manifest *m, struct stasis_error **err)
+{
+	for (size_t i = 0; i < m->nprocs; i++) {
+		const struct manifest_process *p = &m->procs[i];
+
+		if (!p->cuda || !has_thread_named(p->pid, NCCL_WATCHDOG))
+			continue;
+		stasis_error_set(err, ENOTSUP, STASIS_DOMAIN_CUDA, 0,
+				 "PID %d (%s) is a rank of an NCCL process group (its thread "
+				 "%s runs): the driver cannot checkpoint the GPU memory NCCL "
+				 "ranks share, and a rank's rollback is not sure to bring it back",
+				 (int)p->pid, p->comm, NCCL_WATCHDOG);
+		return stasis_error_hint(err, "nothing was changed; save the job's own "
+					      "checkpoint (torch.save) and start it again instead");
 	}
 	return 0;
 }
