@@ -35,7 +35,7 @@ WORKLOADS := $(BUILD)/bin/fake-cuda-worker $(BUILD)/bin/hostile-peer
 # stasis's CRIU plugin, found by stasis at ../lib/stasis/criu from its binary.
 PLUGIN    := $(BUILD)/lib/stasis/criu/stasis_nvidia.so
 
-.PHONY: all deps criu check unit e2e demo clean format format-check gpu-bundle bench bench-cpu
+.PHONY: all deps criu check unit e2e zdtm demo clean format format-check gpu-bundle bench bench-cpu
 all: $(STASIS) $(BUILD)/bin/cuda-checkpoint $(PLUGIN)
 
 $(DEPS_OK): scripts/deps.sh
@@ -98,9 +98,15 @@ unit: $(UNIT_BIN) $(FAKE_CUDA)
 e2e: all $(FAKE_CUDA) $(WORKLOADS)
 	@./tests/e2e/run $(BUILD)
 
+# CRIU's own tests (zdtm) with upstream's CRIU and with stasis's patched one:
+# tests/zdtm/list; the script runs them again only when something changed.
+zdtm: $(CRIU)/lib/libcriu.a | $(DEPS_OK)
+	@./scripts/zdtm.sh $(BUILD)
+
 check: all
 	@$(MAKE) --no-print-directory format-check
 	@./tests/run-all $(BUILD)
+	@$(MAKE) --no-print-directory zdtm
 
 demo: all
 	$(STASIS) demo

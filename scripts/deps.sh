@@ -3,12 +3,14 @@
 # ones already present so that a second run costs nothing.
 set -eu
 
+# python3-yaml and procps: CRIU's own test harness, zdtm.py (make zdtm).
 PACKAGES="build-essential pkg-config xz-utils ca-certificates \
 libcmocka-dev libjson-c-dev libxxhash-dev libzstd-dev \
 libprotobuf-c-dev protobuf-c-compiler libprotobuf-dev protobuf-compiler \
 python3-protobuf libnl-3-dev libnet1-dev libcap-dev libbsd-dev \
 libnftables-dev libgnutls28-dev uuid-dev libaio-dev iptables \
-runc containerd busybox-static clang-format criu util-linux patch"
+runc containerd busybox-static clang-format criu util-linux patch \
+python3-yaml procps"
 
 missing=""
 for pkg in $PACKAGES; do
