@@ -62,9 +62,19 @@ static uint64_t bare_context_bytes(const struct nvml_gpu *gpus, size_t ngpus, si
 }
 
 struct gpu_use {
-	size_t count;
+	size_t count;			/* GPUs */
 	const struct nvml_process *big; /* the first that may hold one */
 };
+
+/* Whether an entry before i lists pid on the same GPU (NVML was seen to
+ * list a process more than once). */
+static bool listed_before(const struct nvml_process *procs, size_t i)
+{
+	for (size_t j = 0; j < i; j++)
+		if (procs[j].pid == procs[i].pid && procs[j].gpu == procs[i].gpu)
+			return true;
+	return false;
+}
 
 static void use_of(pid_t pid, const struct nvml_process *procs, size_t n, const uint64_t *context,
 		   struct gpu_use *use)
@@ -73,7 +83,7 @@ static void use_of(pid_t pid, const struct nvml_process *procs, size_t n, const 
 	for (size_t i = 0; i < n; i++) {
 		if (procs[i].pid != pid)
 			continue;
-		use->count++;
+		use->count += !listed_before(procs, i);
 		if (!use->big && (!procs[i].used_known ||
 				  peer_limit_may_hold(procs[i].used_bytes, context[procs[i].gpu])))
 			use->big = &procs[i];
