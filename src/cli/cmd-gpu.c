@@ -37,8 +37,9 @@ static int preflight(struct gpu_batch *batch, bool suspend, struct stasis_error 
 					 cuda_state_name(state));
 			return stasis_error_hint(err, "only running processes can be suspended");
 		}
-		if (suspend && mappings_refuse_running_checkpointed(
-				   p->pid, proc_comm(p->pid, comm, sizeof(comm)), err) < 0)
+		if (suspend && (mappings_refuse_running_checkpointed(
+				    p->pid, proc_comm(p->pid, comm, sizeof(comm)), err) < 0 ||
+				peer_limit_refuse_nccl_rank(p->pid, comm, err) < 0))
 			return -1;
 		if (!suspend && state != CUDA_PROCESS_CHECKPOINTED) {
 			stasis_error_set(err, EBUSY, STASIS_DOMAIN_CUDA, 0,

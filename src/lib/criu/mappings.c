@@ -235,11 +235,8 @@ static void mappers(const struct manifest *m, const char *path, char *buf, size_
 /* CUDA IPC: GPU memory of one process mapped into others. Driver 580's
  * checkpoint takes both sides, and the importer's restore fails (measured:
  * a rollback then left it checkpointed); NVIDIA supports it from 610. */
-static int refuse_cuda_ipc(const struct manifest *m, const char *path, struct stasis_error **err)
+static int refuse_cuda_ipc(const char *who, const char *path, struct stasis_error **err)
 {
-	char who[256];
-
-	mappers(m, path, who, sizeof(who));
 	stasis_error_set(err, ENOTSUP, STASIS_DOMAIN_CUDA, 0,
 			 "%s share%s GPU memory through CUDA IPC (mapping %s); the driver "
 			 "cannot restore processes that import another's GPU memory",
@@ -252,9 +249,14 @@ int mappings_refuse_running_checkpointed(pid_t pid, const char *comm, struct sta
 {
 	struct maps_scan scan;
 
-	if (scan_maps(pid, &scan) == 0 && scan.jax)
+	char who[32];
+
+	if (scan_maps(pid, &scan) < 0)
+		return 0;
+	if (scan.jax)
 		return refuse_jax(pid, comm, err);
-	return 0;
+	snprintf(who, sizeof(who), "PID %d", (int)pid);
+	return scan.cuda_ipc[0] ? refuse_cuda_ipc(who, scan.cuda_ipc, err) : 0;
 }
 
 static int refuse_unsavable(const struct manifest_process *p, const struct maps_scan *scan,
@@ -285,8 +287,12 @@ int mappings_check(const struct manifest *m, bool keeps_running, bool shm_remap_
 			return refuse_opencl(p, err);
 		if (p->cuda && keeps_running && scan.jax)
 			return refuse_jax(p->pid, p->comm, err);
-		if (scan.cuda_ipc[0])
-			return refuse_cuda_ipc(m, scan.cuda_ipc, err);
+		if (scan.cuda_ipc[0]) {
+			char who[256];
+
+			mappers(m, scan.cuda_ipc, who, sizeof(who));
+			return refuse_cuda_ipc(who, scan.cuda_ipc, err);
+		}
 		if (scan.relinked[0])
 			return refuse_relinked(p, scan.relinked,
 					       "CRIU saves such a file only in " SHM_DIR, err);

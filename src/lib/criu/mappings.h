@@ -35,7 +35,8 @@ int mappings_check(const struct manifest *m, bool keeps_running, bool shm_remap_
  * (--leave-running, gpu suspend) when it runs JAX. Measured with JAX's
  * CUDA plugin and driver 580: such a process crashes in libcuda within
  * seconds and its GPU state cannot be restored any more, so the job would
- * be lost. A checkpoint that ends the process never lets it run so. */
+ * be lost. A checkpoint that ends the process never lets it run so. Also
+ * one that shares GPU memory through CUDA IPC, whose GPU restore fails. */
 int mappings_refuse_running_checkpointed(pid_t pid, const char *comm, struct stasis_error **err);
 
 #endif

@@ -177,20 +177,26 @@ static bool has_thread_named(pid_t pid, const char *name)
 	return found;
 }
 
+int peer_limit_refuse_nccl_rank(pid_t pid, const char *comm, struct stasis_error **err)
+{
+	if (!has_thread_named(pid, NCCL_WATCHDOG))
+		return 0;
+	stasis_error_set(err, ENOTSUP, STASIS_DOMAIN_CUDA, 0,
+			 "PID %d (%s) is a rank of an NCCL process group (its thread %s runs): "
+			 "the driver cannot checkpoint the GPU memory NCCL ranks share, and a "
+			 "rank's rollback is not sure to bring it back",
+			 (int)pid, comm, NCCL_WATCHDOG);
+	return stasis_error_hint(err, "nothing was changed; save the job's own checkpoint "
+				      "(torch.save) and start it again instead");
+}
+
 int peer_limit_refuse_nccl_ranks(const struct manifest *m, struct stasis_error **err)
 {
 	for (size_t i = 0; i < m->nprocs; i++) {
 		const struct manifest_process *p = &m->procs[i];
 
-		if (!p->cuda || !has_thread_named(p->pid, NCCL_WATCHDOG))
-			continue;
-		stasis_error_set(err, ENOTSUP, STASIS_DOMAIN_CUDA, 0,
-				 "PID %d (%s) is a rank of an NCCL process group (its thread "
-				 "%s runs): the driver cannot checkpoint the GPU memory NCCL "
-				 "ranks share, and a rank's rollback is not sure to bring it back",
-				 (int)p->pid, p->comm, NCCL_WATCHDOG);
-		return stasis_error_hint(err, "nothing was changed; save the job's own "
-					      "checkpoint (torch.save) and start it again instead");
+		if (p->cuda && peer_limit_refuse_nccl_rank(p->pid, p->comm, err) < 0)
+			return -ENOTSUP;
 	}
 	return 0;
 }

@@ -30,5 +30,7 @@ int peer_limit_check(const struct gpu_batch *batch, struct stasis_error **err);
  * driver 580 and NCCL 2.28 (DDP, two ranks): the driver checkpointed both
  * ranks, CRIU failed on them, and neither rank's GPU restore worked. */
 int peer_limit_refuse_nccl_ranks(const struct manifest *m, struct stasis_error **err);
+/* The same for one process (gpu suspend). */
+int peer_limit_refuse_nccl_rank(pid_t pid, const char *comm, struct stasis_error **err);
 
 #endif
