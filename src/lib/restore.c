@@ -19,6 +19,7 @@
 #include "image.h"
 #include "image-stage.h"
 #include "lock.h"
+#include "mappings.h"
 #include "nvml.h"
 #include "proc.h"
 #include "progress.h"
@@ -233,6 +234,8 @@ static int restore_verified(const struct stasis_restore_options *o, struct manif
 				     "a compressed %s image cannot be restored", t.ops->runtime);
 	if (r == 0)
 		r = target_restore_names(&t, m, err);
+	if (r == 0 && m->options.link_remap)
+		r = mappings_link_remap_safe(err);
 	if (r < 0)
 		return r;
 	if (!t.ops->verifies_in_restore ||

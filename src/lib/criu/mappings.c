@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -272,6 +273,27 @@ static int refuse_unsavable(const struct manifest_process *p, const struct maps_
 				 "or after they are released");
 }
 
+static bool sysctl_on(const char *path)
+{
+	char value[8] = "";
+	_cleanup_fclose_ FILE *f = fopen(path, "re");
+
+	return f && fgets(value, sizeof(value), f) && atoi(value) >= 1;
+}
+
+int mappings_link_remap_safe(struct stasis_error **err)
+{
+	if (sysctl_on("/proc/sys/fs/protected_symlinks") &&
+	    sysctl_on("/proc/sys/fs/protected_hardlinks"))
+		return 0;
+	stasis_error_set(err, ENOTSUP, STASIS_DOMAIN_USAGE, 0,
+			 "CRIU's link-remap files lie in " SHM_DIR ", where another user could "
+			 "put a link in their place while fs.protected_symlinks or "
+			 "fs.protected_hardlinks is off");
+	return stasis_error_hint(err, "nothing was changed; sysctl -w fs.protected_symlinks=1 "
+				      "fs.protected_hardlinks=1");
+}
+
 int mappings_check(const struct manifest *m, bool keeps_running, bool shm_remap_ok,
 		   bool *link_remap, struct stasis_error **err)
 {
@@ -302,6 +324,8 @@ int mappings_check(const struct manifest *m, bool keeps_running, bool shm_remap_
 			    "its image could restore only on this machine, from a checkpoint "
 			    "that ends the tree (not --leave-running, a migration or a container)",
 			    err);
+		if (scan.shm_relinked && mappings_link_remap_safe(err) < 0)
+			return -ENOTSUP;
 		*link_remap = *link_remap || scan.shm_relinked;
 		if (scan.unsavable[0])
 			return refuse_unsavable(p, &scan, err);

@@ -39,4 +39,10 @@ int mappings_check(const struct manifest *m, bool keeps_running, bool shm_remap_
  * one that shares GPU memory through CUDA IPC, whose GPU restore fails. */
 int mappings_refuse_running_checkpointed(pid_t pid, const char *comm, struct stasis_error **err);
 
+/* CRIU's link-remap leaves a name of the workload's user's in /dev/shm
+ * between dump and restore; root's CRIU opens it again by that path. Only
+ * with the kernel's protection of links in sticky folders on can no other
+ * user put a link to a file of root's in its place. */
+int mappings_link_remap_safe(struct stasis_error **err);
+
 #endif
