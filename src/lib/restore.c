@@ -20,6 +20,7 @@
 #include "image-stage.h"
 #include "lock.h"
 #include "mappings.h"
+#include "shm-remap.h"
 #include "nvml.h"
 #include "proc.h"
 #include "progress.h"
@@ -236,6 +237,8 @@ static int restore_verified(const struct stasis_restore_options *o, struct manif
 		r = target_restore_names(&t, m, err);
 	if (r == 0 && m->options.link_remap)
 		r = mappings_link_remap_safe(err);
+	if (r == 0 && m->options.link_remap)
+		r = shm_remap_check(m->options.link_remap_dir, err);
 	if (r < 0)
 		return r;
 	if (!t.ops->verifies_in_restore ||

@@ -18,6 +18,7 @@
 #include "exec.h"
 #include "interrupt.h"
 #include "lock.h"
+#include "shm-remap.h"
 #include "util.h"
 
 #define CRIU_LOG_LEVEL 4
@@ -197,6 +198,8 @@ static void configure_environment(void)
 
 	hw_breakpoints_configure_criu();
 	configure_page_writers();
+	/* A runtime's CRIU (runc) link-remaps nothing for stasis. */
+	shm_remap_allow(NULL);
 	if (getenv("CRIU_LIBS_DIR"))
 		return;
 	if (plugins) {
@@ -476,6 +479,7 @@ int criu_run_dump(const struct criu_dump_request *req, struct stasis_error **err
 	criu_local_set_tcp_established(opts, req->tcp_established);
 	choose_network_lock(opts, req->tcp_established);
 	criu_local_set_link_remap(opts, req->link_remap);
+	shm_remap_allow(req->link_remap ? req->link_remap_dir : NULL);
 	criu_local_set_file_locks(opts, true);
 	for (size_t i = 0; i < req->nexternals; i++)
 		criu_local_add_external(opts, req->externals[i]);
@@ -512,6 +516,7 @@ int criu_run_restore(const struct criu_restore_request *req, pid_t *root_out,
 	criu_local_set_log_file(opts, req->log_file);
 	criu_local_set_log_level(opts, CRIU_LOG_LEVEL);
 	criu_local_set_shell_job(opts, req->shell_job);
+	shm_remap_allow(req->link_remap_dir);
 	criu_local_set_tcp_established(opts, req->tcp_established);
 	choose_network_lock(opts, req->tcp_established);
 	criu_local_set_file_locks(opts, true);

@@ -26,6 +26,7 @@ struct criu_dump_request {
 	bool shell_job;
 	bool tcp_established;
 	bool link_remap;	      /* CRIU's --link-remap (mappings_check decides) */
+	const char *link_remap_dir;   /* its folder (shm-remap.h) */
 	const char *const *externals; /* CRIU --external keys */
 	size_t nexternals;
 	criu_notify_fn notify;
@@ -38,6 +39,7 @@ struct criu_restore_request {
 	bool detach; /* restored tree is not our child */
 	bool shell_job;
 	bool tcp_established;
+	const char *link_remap_dir;	 /* the image's link-remap folder, or NULL */
 	const char *const *inherit_keys; /* CRIU --inherit-fd: key and our fd */
 	const int *inherit_fds;
 	size_t ninherit;

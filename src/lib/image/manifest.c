@@ -239,6 +239,9 @@ char *manifest_to_json(const struct manifest *m, bool pretty)
 	json_object_object_add(opts, "compress", json_object_new_boolean(m->options.compress));
 	json_object_object_add(opts, "staged", json_object_new_boolean(m->options.staged));
 	json_object_object_add(opts, "link_remap", json_object_new_boolean(m->options.link_remap));
+	if (m->options.link_remap_dir[0])
+		json_object_object_add(opts, "link_remap_dir",
+				       json_object_new_string(m->options.link_remap_dir));
 	json_object_object_add(root, "options", opts);
 	if (m->container.runtime)
 		json_object_object_add(root, "container", container_to_json(&m->container));
@@ -515,6 +518,9 @@ static int decode(json_object *root, struct manifest *m, struct stasis_error **e
 		m->options.compress = get_bool(opts, "compress");
 		m->options.staged = get_bool(opts, "staged");
 		m->options.link_remap = get_bool(opts, "link_remap");
+		if ((v = field(opts, "link_remap_dir", json_type_string)))
+			snprintf(m->options.link_remap_dir, sizeof(m->options.link_remap_dir), "%s",
+				 json_object_get_string(v));
 	}
 	r = decode_gpus(root, m, err);
 	if (r < 0)

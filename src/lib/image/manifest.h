@@ -81,6 +81,7 @@ struct manifest_options {
 	/* CRIU kept files in /dev/shm, linked to deleted ones the tree maps
 	 * (CRIU's link-remap): the image restores on this machine only. */
 	bool link_remap;
+	char link_remap_dir[32]; /* its folder of root's in /dev/shm (shm-remap.h) */
 };
 
 struct manifest {

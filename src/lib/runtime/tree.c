@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "criu-rpc.h"
+#include "shm-remap.h"
 #include "fault.h"
 #include "proc.h"
 #include "progress.h"
@@ -106,6 +107,7 @@ static int tree_dump(struct target *t, struct manifest *m, struct stasis_error *
 	    .shell_job = o->shell_job,
 	    .tcp_established = o->tcp_established,
 	    .link_remap = m->options.link_remap,
+	    .link_remap_dir = m->options.link_remap_dir,
 	    .notify = on_dump_notify,
 	};
 	int r;
@@ -131,9 +133,17 @@ static int tree_dump(struct target *t, struct manifest *m, struct stasis_error *
 		/* Without the follower the seal hashes everything after the dump. */
 		image_follow_start(t->dir, &post_dump.follower, NULL);
 	}
+	if (m->options.link_remap) {
+		r = shm_remap_make(m->options.link_remap_dir, err);
+		if (r < 0)
+			return r;
+	}
 	progress_begin("CRIU dump of %zu process%s", m->nprocs, m->nprocs == 1 ? "" : "es");
 	r = criu_run_dump(&req, err);
 	progress_end();
+	/* A failed dump removed CRIU's links: the folder is empty then. */
+	if (r < 0 && m->options.link_remap)
+		shm_remap_remove(m->options.link_remap_dir);
 	image_follow_free(post_dump.follower);
 	image_pack_free(post_dump.packer);
 	/* CRIU reports the refused notification; the cause is ours. */
@@ -271,6 +281,7 @@ static int tree_restore(struct target *t, struct manifest *m, struct image_verif
 	    .detach = t->restore->detach,
 	    .shell_job = m->options.shell_job,
 	    .tcp_established = m->options.tcp_established,
+	    .link_remap_dir = m->options.link_remap ? m->options.link_remap_dir : NULL,
 	    .notify = on_restore_notify,
 	};
 	int r;
@@ -285,6 +296,9 @@ static int tree_restore(struct target *t, struct manifest *m, struct image_verif
 	progress_begin("CRIU restore of %zu process%s", m->nprocs, m->nprocs == 1 ? "" : "es");
 	r = criu_run_restore(&req, root, err);
 	progress_end();
+	/* CRIU removed its links once the files were open again. */
+	if (r == 0 && m->options.link_remap)
+		shm_remap_remove(m->options.link_remap_dir);
 	/* CRIU reports the refused notification; the cause is ours. */
 	if (post_restore.result < 0)
 		r = post_restore.result;
