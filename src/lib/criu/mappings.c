@@ -79,6 +79,8 @@ static bool in_shm_dir(const char *path)
 {
 	size_t len = strlen(path) - strlen(DELETED);
 
+	if (strlen(path) < strlen(SHM_DIR) + strlen(DELETED))
+		return false;
 	return strncmp(path, SHM_DIR, strlen(SHM_DIR)) == 0 &&
 	       !memchr(path + strlen(SHM_DIR), '/', len - strlen(SHM_DIR));
 }
