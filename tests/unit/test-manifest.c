@@ -30,6 +30,8 @@ static void fill(struct manifest *m)
 	m->criu_version = 40101;
 	m->cuda_driver_version = 13000;
 	m->options.leave_running = true;
+	m->options.link_remap = true;
+	strcpy(m->options.link_remap_dir, "stasis-remap-AbC123");
 	g = manifest_add_gpu(m);
 	g->index = 0;
 	strcpy(g->uuid, "GPU-11111111-1111-1111-1111-111111111111");
@@ -91,6 +93,8 @@ static void roundtrip(void **state)
 	assert_string_equal(b.gpus[b.procs[0].gpus[0]].chip, "Hopper");
 	assert_int_equal(b.criu_version, 40101);
 	assert_true(b.options.leave_running);
+	assert_true(b.options.link_remap);
+	assert_string_equal(b.options.link_remap_dir, "stasis-remap-AbC123");
 	assert_int_equal(b.nphases, 1);
 	assert_int_equal(manifest_phase_usec(&b, "criu_dump"), 2345);
 	assert_int_equal(b.nfiles, 1);

@@ -5,12 +5,15 @@
 #include <stdint.h>
 #include <cmocka.h>
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "peer-limit.h"
 #include "preflight.h"
+#include "shm-remap.h"
 
 #define GIB (1ull << 30)
 
@@ -130,12 +133,43 @@ static void peer_limit_numbers(void **state)
 	assert_true(peer_limit_may_hold(512 * mib, 0));
 }
 
+/* The link-remap folder: only names of stasis's form, only a folder of
+ * root's alone, removed only when empty. */
+static void shm_remap_folder(void **state)
+{
+	const char *bad[] = {
+	    "../../etc", "stasis-remap-ab/x1", "stasis-remap-abc1234", "stasis-remap-ab.12c", "",
+	    "x"};
+	struct stasis_error *err = NULL;
+	char name[SHM_REMAP_NAME_MAX], path[64];
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		assert_true(shm_remap_check(bad[i], &err) < 0);
+		assert_non_null(strstr(err->message, "no valid link-remap folder"));
+		stasis_error_free(err);
+		err = NULL;
+	}
+	assert_int_equal(shm_remap_make(name, &err), 0);
+	assert_int_equal(shm_remap_check(name, &err), 0);
+	snprintf(path, sizeof(path), "/dev/shm/%s", name);
+	assert_int_equal(chmod(path, 0755), 0);
+	assert_true(shm_remap_check(name, &err) < 0);
+	assert_non_null(strstr(err->message, "no folder of root's alone"));
+	stasis_error_free(err);
+	err = NULL;
+	shm_remap_remove(name);
+	assert_true(shm_remap_check(name, &err) < 0);
+	assert_non_null(strstr(err->message, "are gone"));
+	stasis_error_free(err);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(host_memory_numbers), cmocka_unit_test(dirty_limit_numbers),
 	    cmocka_unit_test(stage_decisions),	   cmocka_unit_test(no_cuda_no_refusal),
-	    cmocka_unit_test(peer_limit_numbers),
+	    cmocka_unit_test(peer_limit_numbers),  cmocka_unit_test(shm_remap_folder),
 	};
 
 	return cmocka_run_group_tests_name("preflight", tests, NULL, NULL);
