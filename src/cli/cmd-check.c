@@ -11,6 +11,7 @@
 
 #include "breakpoints.h"
 #include "cli.h"
+#include "mappings.h"
 #include "criu-rpc.h"
 #include "cuda-api.h"
 #include "nvml.h"
@@ -190,6 +191,20 @@ static void check_thp(struct report *rep)
 		     "slower without 'always'");
 }
 
+/* CRIU's link-remap, which spawn multiprocessing trees need, only where
+ * the kernel protects links in sticky folders (mappings.h). */
+static void check_protected_links(struct report *rep)
+{
+	if (mappings_link_remap_safe(NULL) == 0)
+		item(rep, OK, "protected-links", NULL,
+		     "fs.protected_symlinks and fs.protected_hardlinks on");
+	else
+		item(rep, WARNING, "protected-links",
+		     "sysctl -w fs.protected_symlinks=1 fs.protected_hardlinks=1",
+		     "a link protection is off: trees with Python's spawn multiprocessing "
+		     "are refused");
+}
+
 int cmd_check(int argc, char **argv)
 {
 	static const struct option options[] = {
@@ -218,6 +233,7 @@ int cmd_check(int argc, char **argv)
 	check_criu(&rep);
 	check_breakpoints(&rep);
 	check_thp(&rep);
+	check_protected_links(&rep);
 	if (rep.json) {
 		json_object *root = json_object_new_object();
 
