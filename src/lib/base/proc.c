@@ -3,9 +3,11 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "util.h"
 
@@ -77,6 +79,30 @@ const char *proc_comm(pid_t pid, char *buf, size_t len)
 	comm = read_file_str(path, NULL);
 	snprintf(buf, len, "%s", comm ? strip_trailing(comm) : "?");
 	return buf;
+}
+
+int proc_each_fd(pid_t pid, int (*fn)(int dirfd, const char *fd, const char *target, void *ctx),
+		 void *ctx)
+{
+	char path[64], target[PATH_MAX];
+	struct dirent *de;
+	int r = 0;
+	DIR *dir;
+
+	snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
+	dir = opendir(path);
+	if (!dir)
+		return 0;
+	while (r == 0 && (de = readdir(dir))) {
+		ssize_t len = readlinkat(dirfd(dir), de->d_name, target, sizeof(target) - 1);
+
+		if (len <= 0)
+			continue;
+		target[len] = '\0';
+		r = fn(dirfd(dir), de->d_name, target, ctx);
+	}
+	closedir(dir);
+	return r;
 }
 
 char *proc_cmdline(pid_t pid)

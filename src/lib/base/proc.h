@@ -16,6 +16,13 @@ bool proc_exiting(pid_t pid);
 pid_t proc_ppid(pid_t pid);
 /* comm into buf ("?" when unknown); returns buf. */
 const char *proc_comm(pid_t pid, char *buf, size_t len);
+
+/* Calls fn for each descriptor of pid with the folder /proc/PID/fd open
+ * (dirfd), the descriptor's name there and its link's target ("/path",
+ * "socket:[N]"); stops at fn's first non-zero answer and returns it. 0
+ * when the folder cannot be read (the process is gone). */
+int proc_each_fd(pid_t pid, int (*fn)(int dirfd, const char *fd, const char *target, void *ctx),
+		 void *ctx);
 /* Its PID inside its own (innermost) PID namespace; 0 when unknown. */
 pid_t proc_ns_pid(pid_t pid);
 /* cmdline with NULs turned into spaces; the caller frees it. */

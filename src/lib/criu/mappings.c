@@ -1,7 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 #include "mappings.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -11,6 +10,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "proc.h"
+#include "shm-remap.h"
 #include "util.h"
 
 /* CRIU's name for an AIO ring, which it saves although it cannot open it. */
@@ -47,13 +48,12 @@ struct maps_scan {
 
 #define DELETED " (deleted)"
 
-/* The one folder whose relinked files CRIU may save, by its link-remap:
- * CRIU makes a hard link of the file beside its old name at the dump, and
- * at the restore links the old name again and removes both. Only in a
- * folder of root's that is no link and whose sticky bit keeps others from
- * renaming what is in it may stasis, as root, let CRIU make and remove
- * names where a path from the process says. */
-#define SHM_DIR "/dev/shm/"
+/* SHM_DIR is the one folder whose relinked files CRIU may save, by its
+ * link-remap: CRIU makes a hard link of the file at the dump, and at the
+ * restore links the old name again and removes both. Only in a folder of
+ * root's that is no link and whose sticky bit keeps others from renaming
+ * what is in it may stasis, as root, let CRIU make and remove names where
+ * a path from the process says (and its CRIU confines them: shm-remap.h). */
 
 /* The files the driver's CUDA IPC maps into its exporter and importers
  * (measured with driver 580: /dev/shm/cuda.shm.0.<exporter's PID, hex>.N). */
@@ -153,28 +153,11 @@ static int scan_maps(pid_t pid, struct maps_scan *scan)
 	return 0;
 }
 
-/* Descriptors of deleted files still linked elsewhere: CRIU's link-remap
- * would take those too. */
-static void scan_fds(pid_t pid, struct maps_scan *scan)
+static int note_relinked_fd(int dirfd, const char *fd, const char *target, void *scan)
 {
-	char name[64], link[PATH_MAX];
-	struct dirent *de;
-	DIR *dir;
-
-	snprintf(name, sizeof(name), "/proc/%d/fd", (int)pid);
-	dir = opendir(name);
-	if (!dir)
-		return;
-	while ((de = readdir(dir))) {
-		ssize_t len = readlinkat(dirfd(dir), de->d_name, link, sizeof(link) - 1);
-
-		if (len <= 0)
-			continue;
-		link[len] = '\0';
-		if (link[0] == '/' && deleted_but_linked(dirfd(dir), de->d_name, link))
-			note_relinked(scan, link);
-	}
-	closedir(dir);
+	if (target[0] == '/' && deleted_but_linked(dirfd, fd, target))
+		note_relinked(scan, target);
+	return 0;
 }
 
 /* The driver's checkpoint saves a process's CUDA contexts. NVIDIA's OpenCL
@@ -275,18 +258,10 @@ static int refuse_unsavable(const struct manifest_process *p, const struct maps_
 				 "or after they are released");
 }
 
-static bool sysctl_on(const char *path)
-{
-	char value[8] = "";
-	_cleanup_fclose_ FILE *f = fopen(path, "re");
-
-	return f && fgets(value, sizeof(value), f) && atoi(value) >= 1;
-}
-
 int mappings_link_remap_safe(struct stasis_error **err)
 {
-	if (sysctl_on("/proc/sys/fs/protected_symlinks") &&
-	    sysctl_on("/proc/sys/fs/protected_hardlinks"))
+	if (read_file_u64("/proc/sys/fs/protected_symlinks", 0) >= 1 &&
+	    read_file_u64("/proc/sys/fs/protected_hardlinks", 0) >= 1)
 		return 0;
 	stasis_error_set(err, ENOTSUP, STASIS_DOMAIN_USAGE, 0,
 			 "CRIU's link-remap files lie in " SHM_DIR ", where another user could "
@@ -306,7 +281,9 @@ int mappings_check(const struct manifest *m, bool keeps_running, bool shm_remap_
 
 		if (scan_maps(p->pid, &scan) < 0)
 			continue;
-		scan_fds(p->pid, &scan);
+		/* Descriptors of deleted files still linked: CRIU's link-remap
+		 * would take those too. */
+		proc_each_fd(p->pid, note_relinked_fd, &scan);
 		if (p->cuda && scan.opencl)
 			return refuse_opencl(p, err);
 		if (p->cuda && keeps_running && scan.jax)

@@ -10,18 +10,16 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define SHM_DIR "/dev/shm"
-
 int shm_remap_make(char name[SHM_REMAP_NAME_MAX], struct stasis_error **err)
 {
-	char path[64] = SHM_DIR "/" SHM_REMAP_PREFIX "XXXXXX";
+	char path[64] = SHM_DIR SHM_REMAP_PREFIX "XXXXXX";
 
 	/* mkdtemp makes it 0700, and stasis runs as root. */
 	if (!mkdtemp(path))
 		return stasis_error_errno(err, errno,
 					  "making a folder in %s for CRIU's link-remap: %s",
 					  SHM_DIR, strerror(errno));
-	snprintf(name, SHM_REMAP_NAME_MAX, "%s", path + strlen(SHM_DIR "/"));
+	snprintf(name, SHM_REMAP_NAME_MAX, "%s", path + strlen(SHM_DIR));
 	return 0;
 }
 
@@ -54,7 +52,7 @@ int shm_remap_check(const char *name, struct stasis_error **err)
 			close(fd);
 		stasis_error_set(err, e, STASIS_DOMAIN_IMAGE, 0,
 				 "CRIU's link-remap files of this image (" SHM_DIR
-				 "/%s) are gone: %s",
+				 "%s) are gone: %s",
 				 name, strerror(e));
 		return stasis_error_hint(err, "such an image restores once, on the machine that "
 					      "made it, before it reboots");
@@ -62,7 +60,7 @@ int shm_remap_check(const char *name, struct stasis_error **err)
 	close(fd);
 	if (!S_ISDIR(st.st_mode) || st.st_uid != 0 || (st.st_mode & 077))
 		return stasis_error_set(err, EPERM, STASIS_DOMAIN_IMAGE, 0,
-					SHM_DIR "/%s is no folder of root's alone", name);
+					SHM_DIR "%s is no folder of root's alone", name);
 	return 0;
 }
 
@@ -82,6 +80,6 @@ void shm_remap_allow(const char *name)
 	char dir[64];
 
 	/* Relative to the root, as CRIU takes it. */
-	snprintf(dir, sizeof(dir), "dev/shm/%s", name ? name : "");
+	snprintf(dir, sizeof(dir), "%s%s", SHM_DIR + 1, name ? name : "");
 	setenv("CRIU_LINK_REMAP_DIR", name ? dir : "-", 1);
 }

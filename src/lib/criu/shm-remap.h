@@ -10,7 +10,10 @@
 
 #include "error.h"
 
-/* "stasis-remap-XXXXXX": the folder's name under /dev/shm. */
+/* The folder of POSIX shared memory: root's, sticky, a tmpfs. */
+#define SHM_DIR "/dev/shm/"
+
+/* "stasis-remap-XXXXXX": the folder's name under SHM_DIR. */
 #define SHM_REMAP_PREFIX "stasis-remap-"
 #define SHM_REMAP_NAME_MAX 32
 

@@ -1,53 +1,52 @@
 /* SPDX-License-Identifier: MIT */
 #include "sockets.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "proc.h"
 #include "util.h"
+
+struct inodes {
+	unsigned long *inodes;
+	size_t n, cap;
+};
+
+static int add_socket_inode(int dirfd, const char *fd, const char *target, void *ctx)
+{
+	struct inodes *set = ctx;
+	unsigned long ino;
+
+	if (sscanf(target, "socket:[%lu]", &ino) != 1)
+		return 0;
+	if (set->n == set->cap) {
+		size_t cap = set->cap ? 2 * set->cap : 16;
+		unsigned long *bigger = realloc(set->inodes, cap * sizeof(*bigger));
+
+		if (!bigger)
+			return -ENOMEM;
+		set->inodes = bigger;
+		set->cap = cap;
+	}
+	set->inodes[set->n++] = ino;
+	return 0;
+}
 
 /* The socket inodes among pid's descriptors; the caller frees them. */
 static int socket_inodes(pid_t pid, unsigned long **out, size_t *n)
 {
-	char path[64], link[64];
-	unsigned long *inodes = NULL, ino;
-	size_t cap = 0;
-	DIR *d;
-	struct dirent *de;
+	struct inodes set = {0};
+	int r = proc_each_fd(pid, add_socket_inode, &set);
 
-	*n = 0;
-	snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
-	d = opendir(path);
-	if (!d)
-		return -errno;
-	while ((de = readdir(d))) {
-		ssize_t len = readlinkat(dirfd(d), de->d_name, link, sizeof(link) - 1);
-
-		if (len <= 0)
-			continue;
-		link[len] = '\0';
-		if (sscanf(link, "socket:[%lu]", &ino) != 1)
-			continue;
-		if (*n == cap) {
-			unsigned long *bigger =
-			    realloc(inodes, (cap ? 2 * cap : 16) * sizeof(*inodes));
-
-			if (!bigger) {
-				free(inodes);
-				closedir(d);
-				return -ENOMEM;
-			}
-			inodes = bigger;
-			cap = cap ? 2 * cap : 16;
-		}
-		inodes[(*n)++] = ino;
+	if (r < 0) {
+		free(set.inodes);
+		return r;
 	}
-	closedir(d);
-	*out = inodes;
+	*out = set.inodes;
+	*n = set.n;
 	return 0;
 }
 

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "proc.h"
 #include "util.h"
 
 #define PLUGIN_NAME "stasis_nvidia.so"
@@ -25,28 +26,17 @@ static bool is_nvidia(const char *path)
 	return strncmp(path, nvidia_dev_prefix(), strlen(nvidia_dev_prefix())) == 0;
 }
 
+static int count_nvidia(int dirfd, const char *fd, const char *target, void *count)
+{
+	*(unsigned int *)count += is_nvidia(target);
+	return 0;
+}
+
 unsigned int nvidia_fds_of(pid_t pid)
 {
-	char dir_path[64], link[PATH_MAX + 64], target[PATH_MAX];
 	unsigned int n = 0;
-	struct dirent *de;
-	DIR *dir;
 
-	snprintf(dir_path, sizeof(dir_path), "/proc/%d/fd", (int)pid);
-	dir = opendir(dir_path);
-	if (!dir)
-		return 0;
-	while ((de = readdir(dir))) {
-		ssize_t len;
-
-		snprintf(link, sizeof(link), "%s/%s", dir_path, de->d_name);
-		len = readlink(link, target, sizeof(target) - 1);
-		if (len <= 0)
-			continue;
-		target[len] = '\0';
-		n += is_nvidia(target);
-	}
-	closedir(dir);
+	proc_each_fd(pid, count_nvidia, &n);
 	return n;
 }
 

@@ -18,11 +18,15 @@
  * the device heap and some of the stack reservation, by cudaDeviceSetLimit. */
 #define CONTEXT_MARGIN (64ull << 20)
 
+/* The least use of a GPU that may hold such an allocation. */
+static uint64_t use_limit(uint64_t context)
+{
+	return (context > CONTEXT_MARGIN ? context - CONTEXT_MARGIN : 0) + PEER_LIMIT_ALLOCATION;
+}
+
 bool peer_limit_may_hold(uint64_t used, uint64_t context)
 {
-	uint64_t floor = context > CONTEXT_MARGIN ? context - CONTEXT_MARGIN : 0;
-
-	return used >= floor + PEER_LIMIT_ALLOCATION;
+	return used >= use_limit(context);
 }
 
 static int cuda_ordinal_of(const char *uuid)
@@ -94,10 +98,9 @@ static int refuse(pid_t pid, const struct nvml_gpu *gpu, const struct nvml_proce
 		  uint64_t context, size_t count, struct stasis_error **err)
 {
 	char comm[32], used[32], limit[32];
-	uint64_t floor = context > CONTEXT_MARGIN ? context - CONTEXT_MARGIN : 0;
 
 	format_bytes(p->used_bytes, used, sizeof(used));
-	format_bytes(floor + PEER_LIMIT_ALLOCATION, limit, sizeof(limit));
+	format_bytes(use_limit(context), limit, sizeof(limit));
 	stasis_error_set(err, ENOTSUP, STASIS_DOMAIN_CUDA, 0,
 			 "PID %d (%s) uses %zu GPUs and %s of GPU %d, room for a single "
 			 "allocation of 512 MiB or more; the driver cannot restore such a process "
@@ -160,17 +163,11 @@ static bool has_thread_named(pid_t pid, const char *name)
 	snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
 	dir = opendir(path);
 	while (dir && !found && (de = readdir(dir))) {
-		char comm[64] = "";
-		FILE *f;
+		_cleanup_free_ char *comm = NULL;
 
-		if (de->d_name[0] == '.')
-			continue;
 		snprintf(path, sizeof(path), "/proc/%d/task/%s/comm", (int)pid, de->d_name);
-		f = fopen(path, "re");
-		if (f && fgets(comm, sizeof(comm), f))
-			found = strcmp(strip_trailing(comm), name) == 0;
-		if (f)
-			fclose(f);
+		comm = de->d_name[0] == '.' ? NULL : read_file_str(path, NULL);
+		found = comm && strcmp(strip_trailing(comm), name) == 0;
 	}
 	if (dir)
 		closedir(dir);
