@@ -34,6 +34,10 @@ int cli_usage_error(const char *command, const char *fmt, ...)
 /* Parse a PID argument; false when it is not a positive number. */
 bool cli_parse_pid(const char *text, pid_t *pid);
 
+/* Stand in as root's parent: forward SIGINT, SIGTERM and SIGHUP to it,
+ * wait for it, and return its exit status (128 + N for signal N). */
+int cli_wait_forwarding(pid_t root);
+
 /* Whether progress decoration may go to stderr (a terminal, no --json). */
 bool cli_decorate(bool json);
 
@@ -48,6 +52,7 @@ int cmd_ps(int argc, char **argv);
 int cmd_gpu(int argc, char **argv);
 int cmd_cuda_checkpoint(int argc, char **argv);
 int cmd_oci(int argc, char **argv);
+int cmd_run(int argc, char **argv);
 int cmd_help(int argc, char **argv);
 
 /* The built-in demo workload, run as "stasis __demo-workload DIR". */

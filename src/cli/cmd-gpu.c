@@ -11,6 +11,7 @@
 #include "cli.h"
 #include "gpu.h"
 #include "mappings.h"
+#include "nccl.h"
 #include "peer-limit.h"
 #include "proc.h"
 #include "stasis.h"
@@ -39,7 +40,7 @@ static int preflight(struct gpu_batch *batch, bool suspend, struct stasis_error 
 		}
 		if (suspend && (mappings_refuse_running_checkpointed(
 				    p->pid, proc_comm(p->pid, comm, sizeof(comm)), err) < 0 ||
-				peer_limit_refuse_nccl_rank(p->pid, comm, err) < 0))
+				nccl_rank_check(p->pid, comm, err) < 0))
 			return -1;
 		if (!suspend && state != CUDA_PROCESS_CHECKPOINTED) {
 			stasis_error_set(err, EBUSY, STASIS_DOMAIN_CUDA, 0,

@@ -11,34 +11,6 @@
 #include "stasis.h"
 #include "util.h"
 
-static pid_t restored_root;
-
-/* While stasis stands in as the workload's parent, signals meant for it
- * go to the workload. */
-static void forward_signal(int sig)
-{
-	if (restored_root > 0)
-		kill(restored_root, sig);
-}
-
-static int wait_for_workload(pid_t root)
-{
-	struct sigaction sa = {.sa_handler = forward_signal};
-	int status;
-
-	sigemptyset(&sa.sa_mask);
-	restored_root = root;
-	sigaction(SIGINT, &sa, NULL);
-	sigaction(SIGTERM, &sa, NULL);
-	sigaction(SIGHUP, &sa, NULL);
-	while (waitpid(root, &status, 0) < 0)
-		if (errno != EINTR)
-			return EXIT_FAILED;
-	if (WIFEXITED(status))
-		return WEXITSTATUS(status);
-	return 128 + WTERMSIG(status);
-}
-
 int cmd_restore(int argc, char **argv)
 {
 	static const struct option options[] = {
@@ -124,5 +96,5 @@ int cmd_restore(int argc, char **argv)
 		return EXIT_OK;
 	}
 	fflush(stdout);
-	return wait_for_workload(root);
+	return cli_wait_forwarding(root);
 }

@@ -142,6 +142,16 @@ const struct command commands[] = {
      "the chosen GPUs (by UUID or index) with their cgroup rules, and read-only\n"
      "bind mounts of the driver libraries ldconfig finds. With --cdi, apply that\n"
      "JSON CDI spec instead (--gpus then names its devices); its hooks are not run.\n"},
+    {"run", cmd_run, "start a job ready to be checkpointed (NCCL ranks included)",
+     "usage: stasis run [--] COMMAND [ARG...]\n"
+     "\n"
+     "Run COMMAND in a session of its own (its PID is what stasis checkpoint\n"
+     "takes) with the settings that let a multi-GPU job's NCCL ranks be\n"
+     "checkpointed and restored, each printed once on stderr with its reason:\n"
+     "NCCL_P2P_DISABLE=1 NCCL_NVLS_ENABLE=0 NCCL_CUMEM_HOST_ENABLE=0 USE_LIBUV=0.\n"
+     "They cost collective bandwidth (docs/MULTI-GPU.md). From a terminal,\n"
+     "stasis stays COMMAND's parent, forwards SIGINT, SIGTERM and SIGHUP to it\n"
+     "and exits with its status; elsewhere it becomes COMMAND.\n"},
     {"cuda-checkpoint", cmd_cuda_checkpoint, "NVIDIA cuda-checkpoint compatible interface",
      "usage: stasis cuda-checkpoint --help   (or run it as 'cuda-checkpoint')\n"},
     {"help", cmd_help, "show help for a command", "usage: stasis help [COMMAND]\n"},

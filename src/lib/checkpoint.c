@@ -21,6 +21,7 @@
 #include "mappings.h"
 #include "sockets.h"
 #include "nvml.h"
+#include "nccl.h"
 #include "peer-limit.h"
 #include "preflight.h"
 #include "proc.h"
@@ -205,7 +206,7 @@ int checkpoint_preflight(struct manifest *m, struct gpu_batch *batch, const char
 				   same_machine && !keeps_running && !m->container.runtime,
 				   &m->options.link_remap, err);
 	if (r == 0)
-		r = peer_limit_refuse_nccl_ranks(m, err);
+		r = nccl_ranks_check(m, err);
 	if (r == 0)
 		r = sockets_check(m, err);
 	if (r == 0)

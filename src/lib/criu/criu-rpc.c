@@ -429,6 +429,13 @@ static void choose_network_lock(criu_opts *opts, bool tcp_established)
 		criu_local_set_network_lock(opts, CRIU_NETWORK_LOCK_NFTABLES);
 }
 
+/* Deleted files that a process still holds are saved into the image, as
+ * CRIU's ghost files, up to this size each. CRIU's default, 1 MiB, is less
+ * than a buffer of NCCL's shared memory (9.2 MiB measured between two
+ * ranks, deleted as soon as both hold it): without more, CRIU's dump of any
+ * NCCL rank failed. */
+#define GHOST_LIMIT (256u << 20)
+
 static criu_notify_fn current_notify;
 
 /* The last notification's answer; -1 until one comes. */
@@ -479,6 +486,7 @@ int criu_run_dump(const struct criu_dump_request *req, struct stasis_error **err
 	criu_local_set_tcp_established(opts, req->tcp_established);
 	choose_network_lock(opts, req->tcp_established);
 	criu_local_set_link_remap(opts, req->link_remap);
+	criu_local_set_ghost_limit(opts, GHOST_LIMIT);
 	shm_remap_allow(req->link_remap ? req->link_remap_dir : NULL);
 	criu_local_set_file_locks(opts, true);
 	for (size_t i = 0; i < req->nexternals; i++)

@@ -1,7 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 #include "peer-limit.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -146,54 +145,6 @@ int peer_limit_check(const struct gpu_batch *batch, struct stasis_error **err)
 		if (use.big)
 			return refuse(pid, &gpus[use.big->gpu], use.big, context[use.big->gpu],
 				      use.count, err);
-	}
-	return 0;
-}
-
-/* PyTorch's name for the watchdog thread of its NCCL process groups. */
-#define NCCL_WATCHDOG "pt_nccl_watchdg"
-
-static bool has_thread_named(pid_t pid, const char *name)
-{
-	char path[64];
-	struct dirent *de;
-	bool found = false;
-	DIR *dir;
-
-	snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
-	dir = opendir(path);
-	while (dir && !found && (de = readdir(dir))) {
-		_cleanup_free_ char *comm = NULL;
-
-		snprintf(path, sizeof(path), "/proc/%d/task/%s/comm", (int)pid, de->d_name);
-		comm = de->d_name[0] == '.' ? NULL : read_file_str(path, NULL);
-		found = comm && strcmp(strip_trailing(comm), name) == 0;
-	}
-	if (dir)
-		closedir(dir);
-	return found;
-}
-
-int peer_limit_refuse_nccl_rank(pid_t pid, const char *comm, struct stasis_error **err)
-{
-	if (!has_thread_named(pid, NCCL_WATCHDOG))
-		return 0;
-	stasis_error_set(err, ENOTSUP, STASIS_DOMAIN_CUDA, 0,
-			 "PID %d (%s) is a rank of an NCCL process group (its thread %s runs): "
-			 "the driver cannot checkpoint the GPU memory NCCL ranks share, and a "
-			 "rank's rollback is not sure to bring it back",
-			 (int)pid, comm, NCCL_WATCHDOG);
-	return stasis_error_hint(err, "nothing was changed; save the job's own checkpoint "
-				      "(torch.save) and start it again instead");
-}
-
-int peer_limit_refuse_nccl_ranks(const struct manifest *m, struct stasis_error **err)
-{
-	for (size_t i = 0; i < m->nprocs; i++) {
-		const struct manifest_process *p = &m->procs[i];
-
-		if (p->cuda && peer_limit_refuse_nccl_rank(p->pid, p->comm, err) < 0)
-			return -ENOTSUP;
 	}
 	return 0;
 }

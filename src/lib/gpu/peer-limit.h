@@ -25,12 +25,4 @@ bool peer_limit_may_hold(uint64_t used, uint64_t context);
  * succeed and end it, and no restore could bring it back. */
 int peer_limit_check(const struct gpu_batch *batch, struct stasis_error **err);
 
-/* Refuse a CUDA process of m that is a rank of a PyTorch NCCL process
- * group (its watchdog thread, "pt_nccl_watchdg", is there). Measured with
- * driver 580 and NCCL 2.28 (DDP, two ranks): the driver checkpointed both
- * ranks, CRIU failed on them, and neither rank's GPU restore worked. */
-int peer_limit_refuse_nccl_ranks(const struct manifest *m, struct stasis_error **err);
-/* The same for one process (gpu suspend). */
-int peer_limit_refuse_nccl_rank(pid_t pid, const char *comm, struct stasis_error **err);
-
 #endif

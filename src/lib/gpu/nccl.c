@@ -1,0 +1,121 @@
+/* SPDX-License-Identifier: MIT */
+#include "nccl.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util.h"
+
+/* Measured with driver 580.159 and NCCL 2.28.9 on two H200s with NVLink
+ * (docs/MULTI-GPU.md). NCCL 2.28 has no suspend API of its own. */
+static const struct nccl_setting settings[] = {
+    {"NCCL_P2P_DISABLE", "1",
+     "NCCL's P2P transport maps each rank's GPU memory into the other ranks (CUDA IPC): "
+     "the driver checkpoints such ranks but cannot restore them, and they stay frozen",
+     true},
+    {"NCCL_NVLS_ENABLE", "0",
+     "NVLink SHARP's multicast memory (machines with NVSwitch) is reported not to "
+     "checkpoint",
+     true},
+    {"NCCL_CUMEM_HOST_ENABLE", "0",
+     "NCCL's shared host buffers then come from the driver (cuMem), not /dev/shm: "
+     "reported to hang restores, and not the configuration measured to restore",
+     true},
+    {"USE_LIBUV", "0", "PyTorch's TCPStore on libuv maps an io_uring ring, which CRIU cannot save",
+     false},
+};
+
+const struct nccl_setting *nccl_settings(size_t *n)
+{
+	*n = sizeof(settings) / sizeof(settings[0]);
+	return settings;
+}
+
+/* PyTorch's name for the watchdog thread of its NCCL process groups. */
+#define NCCL_WATCHDOG "pt_nccl_watchdg"
+
+bool nccl_is_rank(pid_t pid)
+{
+	char path[64];
+	struct dirent *de;
+	bool found = false;
+	DIR *dir;
+
+	snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+	dir = opendir(path);
+	while (dir && !found && (de = readdir(dir))) {
+		_cleanup_free_ char *comm = NULL;
+
+		snprintf(path, sizeof(path), "/proc/%d/task/%s/comm", (int)pid, de->d_name);
+		comm = de->d_name[0] == '.' ? NULL : read_file_str(path, NULL);
+		found = comm && strcmp(strip_trailing(comm), NCCL_WATCHDOG) == 0;
+	}
+	if (dir)
+		closedir(dir);
+	return found;
+}
+
+bool nccl_env_has(const char *env, size_t len, const char *name, const char *value)
+{
+	size_t name_len = strlen(name);
+	bool found = false;
+
+	/* A name defined twice counts only if both say the same: which one
+	 * getenv() finds is the C library's choice. */
+	for (size_t at = 0; at < len;) {
+		const char *entry = env + at;
+		size_t entry_len = strnlen(entry, len - at);
+
+		if (entry_len > name_len && strncmp(entry, name, name_len) == 0 &&
+		    entry[name_len] == '=') {
+			if (strlen(value) != entry_len - name_len - 1 ||
+			    strncmp(entry + name_len + 1, value, entry_len - name_len - 1) != 0)
+				return false;
+			found = true;
+		}
+		at += entry_len + 1;
+	}
+	return found;
+}
+
+int nccl_rank_check(pid_t pid, const char *comm, struct stasis_error **err)
+{
+	_cleanup_free_ char *env = NULL;
+	char path[64];
+	size_t len = 0;
+
+	if (!nccl_is_rank(pid))
+		return 0;
+	/* The environment the rank started with: NCCL reads its settings
+	 * once, at its first communicator, from there unless the program
+	 * changed it in between. */
+	snprintf(path, sizeof(path), "/proc/%d/environ", (int)pid);
+	env = read_file_str(path, &len);
+	for (size_t i = 0; i < sizeof(settings) / sizeof(settings[0]); i++) {
+		const struct nccl_setting *s = &settings[i];
+
+		if (!s->required || (env && nccl_env_has(env, len, s->name, s->value)))
+			continue;
+		stasis_error_set(err, ENOTSUP, STASIS_DOMAIN_CUDA, 0,
+				 "PID %d (%s) is an NCCL rank started without %s=%s: %s", (int)pid,
+				 comm, s->name, s->value, s->why);
+		return stasis_error_hint(err,
+					 "nothing was changed; start the job with `stasis run` "
+					 "(or set its settings yourself: docs/MULTI-GPU.md)");
+	}
+	return 0;
+}
+
+int nccl_ranks_check(const struct manifest *m, struct stasis_error **err)
+{
+	for (size_t i = 0; i < m->nprocs; i++) {
+		const struct manifest_process *p = &m->procs[i];
+
+		if (p->cuda && nccl_rank_check(p->pid, p->comm, err) < 0)
+			return -ENOTSUP;
+	}
+	return 0;
+}

@@ -1,0 +1,39 @@
+/* SPDX-License-Identifier: MIT */
+/* NCCL ranks: the settings under which driver 580 can checkpoint and
+ * restore them, set by `stasis run` and checked before anything changes. */
+#ifndef STASIS_NCCL_H
+#define STASIS_NCCL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+#include "error.h"
+#include "manifest.h"
+
+struct nccl_setting {
+	const char *name;
+	const char *value;
+	const char *why;  /* what goes wrong without it */
+	bool required;    /* a rank without it is refused */
+};
+
+/* The settings `stasis run` gives a job, the required ones first. */
+const struct nccl_setting *nccl_settings(size_t *n);
+
+/* Whether pid is a rank of a PyTorch NCCL process group (its watchdog
+ * thread runs). */
+bool nccl_is_rank(pid_t pid);
+
+/* Refuse pid if it is an NCCL rank started without a required setting,
+ * naming the setting and `stasis run`. */
+int nccl_rank_check(pid_t pid, const char *comm, struct stasis_error **err);
+
+/* The same for every CUDA process of m. */
+int nccl_ranks_check(const struct manifest *m, struct stasis_error **err);
+
+/* Whether NAME=VALUE is in the environment block env (len bytes, entries
+ * separated by NUL, as /proc/PID/environ has it). */
+bool nccl_env_has(const char *env, size_t len, const char *name, const char *value);
+
+#endif
