@@ -19,6 +19,7 @@
 #include "cuda-api.h"
 #include "gpu.h"
 #include "gpumap.h"
+#include "nccl.h"
 #include "util.h"
 
 /* Real processes that wait to be killed: stasis tells an exited process
@@ -311,6 +312,33 @@ static void gpu_plan(void **state)
 	manifest_free(&m);
 }
 
+/* A setting counts only as NAME=VALUE exactly, wherever it stands in the
+ * block; a name given twice counts only when both agree. */
+static void nccl_environment(void **state)
+{
+	static const char env[] = "A=1\0NCCL_P2P_DISABLE=1\0B=2";
+	static const char twice[] = "NCCL_P2P_DISABLE=1\0NCCL_P2P_DISABLE=0";
+	static const char prefix[] = "NCCL_P2P_DISABLE_X=1\0XNCCL_P2P_DISABLE=1\0NCCL_P2P_DISABLE=10";
+	size_t n;
+	const struct nccl_setting *s = nccl_settings(&n);
+
+	(void)state;
+	assert_true(nccl_env_has(env, sizeof(env), "NCCL_P2P_DISABLE", "1"));
+	assert_false(nccl_env_has(env, sizeof(env), "NCCL_P2P_DISABLE", "0"));
+	assert_false(nccl_env_has(env, sizeof(env), "NCCL_NVLS_ENABLE", "0"));
+	assert_false(nccl_env_has(twice, sizeof(twice), "NCCL_P2P_DISABLE", "1"));
+	assert_false(nccl_env_has(prefix, sizeof(prefix), "NCCL_P2P_DISABLE", "1"));
+	/* No terminating NUL: the block's end bounds the last entry. */
+	assert_true(nccl_env_has(env, sizeof(env) - 1, "B", "2"));
+	assert_false(nccl_env_has(env, sizeof(env) - 2, "B", "2"));
+	assert_false(nccl_env_has("", 0, "B", "2"));
+	/* The required settings come first, each with its reason. */
+	assert_true(n >= 3);
+	assert_true(s[0].required && strcmp(s[0].name, "NCCL_P2P_DISABLE") == 0);
+	for (size_t i = 0; i < n; i++)
+		assert_true(s[i].why && *s[i].why && (i == 0 || s[i - 1].required || !s[i].required));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -322,6 +350,7 @@ int main(void)
 	    cmocka_unit_test_setup(failed_resume_rolls_back, setup),
 	    cmocka_unit_test_setup(exited_process_named, setup),
 	    cmocka_unit_test_setup(gpu_plan, setup),
+	    cmocka_unit_test(nccl_environment),
 	};
 	struct stasis_error *err = NULL;
 	const char *lib = getenv("FAKE_LIBCUDA");
