@@ -49,6 +49,7 @@ static int preflight(struct gpu_batch *batch, bool suspend, struct stasis_error 
 			return stasis_error_hint(err, "only suspended processes can be resumed");
 		}
 	}
+	batch->lock_rounds = nccl_lock_rounds(batch);
 	return suspend ? peer_limit_check(batch, err) : 0;
 }
 

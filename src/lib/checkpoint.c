@@ -207,6 +207,7 @@ int checkpoint_preflight(struct manifest *m, struct gpu_batch *batch, const char
 				   &m->options.link_remap, err);
 	if (r == 0)
 		r = nccl_ranks_check(m, err);
+	batch->lock_rounds = nccl_lock_rounds(batch);
 	if (r == 0)
 		r = sockets_check(m, err);
 	if (r == 0)

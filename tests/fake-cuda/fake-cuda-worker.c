@@ -10,6 +10,7 @@
  *   FAKE_WORKER_IDLE_CHILD=1   fork a child that never "uses CUDA"
  * A thread of a given name beside the counting one (a framework's helper):
  *   FAKE_WORKER_THREAD=NAME
+ *   FAKE_WORKER_THREAD_ALL=1   the children start that thread too (ranks)
  * Memory for CRIU to dump, checked while it counts:
  *   FAKE_WORKER_HEAP_MB=N      each CUDA process fills N MiB with a pattern
  *                              and checks a page of it each tick; a page
@@ -176,6 +177,8 @@ int main(int argc, char **argv)
 	for (int i = 0; i < children; i++) {
 		if (fork() == 0) {
 			prctl(PR_SET_PDEATHSIG, SIGKILL);
+			if (getenv("FAKE_WORKER_THREAD_ALL"))
+				start_named_thread();
 			return run(argv[1]);
 		}
 	}

@@ -3,7 +3,8 @@
  * checkpoint state machine, kept per PID in files under $FAKE_CUDA_DIR so
  * that it survives across processes (and CRIU restores), with switches to
  * make any call fail or hang:
- *   FAKE_CUDA_FAIL="lock:909,checkpoint:801:PID,..."   call[:code[:pid]]
+ *   FAKE_CUDA_FAIL="lock:909,checkpoint:801:PID,..."   call[:code[:pid[:times]]]
+ *                          (times: only the first that many calls fail)
  *   FAKE_CUDA_HANG="lock"                              sleep (lock: until its timeout)
  *   FAKE_CUDA_DELAY="checkpoint:1500"                  take that long, then succeed
  *   FAKE_CUDA_LIVE=1       PIDs are real processes: one that has exited
@@ -24,6 +25,30 @@
 
 #define EXPORT __attribute__((visibility("default")))
 
+/* How many times call has been made on pid, this one included: a count
+ * kept in $FAKE_CUDA_DIR, as the state is. */
+static int counted_call(const char *call, int pid)
+{
+	const char *dir = getenv("FAKE_CUDA_DIR");
+	char path[512];
+	int count = 0;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/calls-%s-%d", dir ? dir : "/tmp", call, pid);
+	f = fopen(path, "r");
+	if (f) {
+		if (fscanf(f, "%d", &count) != 1)
+			count = 0;
+		fclose(f);
+	}
+	f = fopen(path, "w");
+	if (f) {
+		fprintf(f, "%d\n", ++count);
+		fclose(f);
+	}
+	return count;
+}
+
 /* Returns the injected result for call on pid, or CUDA_SUCCESS. */
 static CUresult injected(const char *call, int pid)
 {
@@ -37,8 +62,11 @@ static CUresult injected(const char *call, int pid)
 		char name[64] = "";
 		int code = 999, target = 0;
 
-		sscanf(item, "%63[^:]:%d:%d", name, &code, &target);
-		if (strcmp(name, call) == 0 && (target == 0 || target == pid))
+		int times = 0;
+
+		sscanf(item, "%63[^:]:%d:%d:%d", name, &code, &target, &times);
+		if (strcmp(name, call) == 0 && (target == 0 || target == pid) &&
+		    (times == 0 || counted_call(call, pid) <= times))
 			return (CUresult)code;
 	}
 	return CUDA_SUCCESS;

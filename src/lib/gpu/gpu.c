@@ -18,6 +18,9 @@
 #define LOCK_RETRY_DELAY_US 20000
 #define LOCK_RETRIES 50
 
+/* Between rounds of a lock that timed out (gpu_lock_all_rounds). */
+#define LOCK_ROUND_PAUSE_US 200000
+
 int gpu_batch_add(struct gpu_batch *batch, pid_t pid)
 {
 	struct gpu_process *bigger = realloc(batch->procs, (batch->n + 1) * sizeof(*bigger));
@@ -216,9 +219,35 @@ static int run_parallel(struct gpu_batch *batch, enum gpu_step step, struct stas
 	return 0;
 }
 
+
+/* Whether a process's lock failed by timing out (the driver says "not
+ * ready" when its own wait ends). */
+static bool lock_timed_out(const struct gpu_batch *batch)
+{
+	for (size_t i = 0; i < batch->n; i++) {
+		const struct gpu_process *p = &batch->procs[i];
+
+		if (p->failed_step && (p->result == CUDA_RES_TIMEOUT || p->result == CUDA_RES_NOT_READY))
+			return true;
+	}
+	return false;
+}
+
 int gpu_lock_all(struct gpu_batch *batch, struct stasis_error **err)
 {
-	return run_parallel(batch, GPU_STEP_LOCK, err);
+	for (unsigned int round = 1;; round++) {
+		int r = run_parallel(batch, GPU_STEP_LOCK, err);
+
+		if (r == 0 || round >= batch->lock_rounds || !lock_timed_out(batch))
+			return r;
+		/* Every lock taken is given back before the next round; one
+		 * that cannot be ends the tries. */
+		if (gpu_rollback(batch, err) > 0)
+			return r;
+		stasis_error_free(*err);
+		*err = NULL;
+		usleep(LOCK_ROUND_PAUSE_US * round);
+	}
 }
 
 int gpu_checkpoint_all(struct gpu_batch *batch, struct stasis_error **err)

@@ -30,6 +30,13 @@ struct gpu_batch {
 	struct gpu_process *procs;
 	size_t n;
 	unsigned int lock_timeout_ms;
+	/* How many times the lock is tried while one times out (0: once),
+	 * every process unlocked between tries. For NCCL ranks: one rank
+	 * locked while another's kernel already waits in a collective for it
+	 * times that other lock out (the driver waits for the kernel, the
+	 * kernel for the locked rank); unlocked, the ranks run on, and a
+	 * later try most often finds them between collectives. */
+	unsigned int lock_rounds;
 	/* restore onto other GPUs: pairs for every process (may be empty) */
 	const struct cuda_gpu_pair *pairs;
 	unsigned int npairs;

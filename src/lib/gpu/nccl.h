@@ -9,6 +9,7 @@
 #include <sys/types.h>
 
 #include "error.h"
+#include "gpu.h"
 #include "manifest.h"
 
 struct nccl_setting {
@@ -31,6 +32,10 @@ int nccl_rank_check(pid_t pid, const char *comm, struct stasis_error **err);
 
 /* The same for every CUDA process of m. */
 int nccl_ranks_check(const struct manifest *m, struct stasis_error **err);
+
+/* How many times to try the lock of batch (gpu_batch.lock_rounds): more
+ * than once where two or more of its processes are NCCL ranks. */
+unsigned int nccl_lock_rounds(const struct gpu_batch *batch);
 
 /* Whether NAME=VALUE is in the environment block env (len bytes, entries
  * separated by NUL, as /proc/PID/environ has it). */
