@@ -21,8 +21,8 @@ static int apply_settings(void)
 		const char *old = getenv(s[i].name);
 
 		if (old && strcmp(old, s[i].value) != 0)
-			fprintf(stderr, "stasis run: %s=%s (it was %s): %s\n", s[i].name, s[i].value,
-				old, s[i].why);
+			fprintf(stderr, "stasis run: %s=%s (it was %s): %s\n", s[i].name,
+				s[i].value, old, s[i].why);
 		else
 			fprintf(stderr, "stasis run: %s=%s: %s\n", s[i].name, s[i].value, s[i].why);
 		if (setenv(s[i].name, s[i].value, 1) < 0)
@@ -50,7 +50,8 @@ int cmd_run(int argc, char **argv)
 	if (optind >= argc)
 		return cli_usage_error("run", "which command? (stasis run [--] COMMAND...)");
 	if (apply_settings() < 0) {
-		fprintf(stderr, "stasis run: error: setting the environment: %s\n", strerror(errno));
+		fprintf(stderr, "stasis run: error: setting the environment: %s\n",
+			strerror(errno));
 		return EXIT_FAILED;
 	}
 	/* Not a process group's leader (a shell script's job, a service):

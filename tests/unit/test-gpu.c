@@ -318,7 +318,8 @@ static void nccl_environment(void **state)
 {
 	static const char env[] = "A=1\0NCCL_P2P_DISABLE=1\0B=2";
 	static const char twice[] = "NCCL_P2P_DISABLE=1\0NCCL_P2P_DISABLE=0";
-	static const char prefix[] = "NCCL_P2P_DISABLE_X=1\0XNCCL_P2P_DISABLE=1\0NCCL_P2P_DISABLE=10";
+	static const char prefix[] =
+	    "NCCL_P2P_DISABLE_X=1\0XNCCL_P2P_DISABLE=1\0NCCL_P2P_DISABLE=10";
 	size_t n;
 	const struct nccl_setting *s = nccl_settings(&n);
 
@@ -336,7 +337,8 @@ static void nccl_environment(void **state)
 	assert_true(n >= 3);
 	assert_true(s[0].required && strcmp(s[0].name, "NCCL_P2P_DISABLE") == 0);
 	for (size_t i = 0; i < n; i++)
-		assert_true(s[i].why && *s[i].why && (i == 0 || s[i - 1].required || !s[i].required));
+		assert_true(s[i].why && *s[i].why &&
+			    (i == 0 || s[i - 1].required || !s[i].required));
 }
 
 int main(void)

@@ -219,7 +219,6 @@ static int run_parallel(struct gpu_batch *batch, enum gpu_step step, struct stas
 	return 0;
 }
 
-
 /* Whether a process's lock failed by timing out (the driver says "not
  * ready" when its own wait ends). */
 static bool lock_timed_out(const struct gpu_batch *batch)
@@ -227,7 +226,8 @@ static bool lock_timed_out(const struct gpu_batch *batch)
 	for (size_t i = 0; i < batch->n; i++) {
 		const struct gpu_process *p = &batch->procs[i];
 
-		if (p->failed_step && (p->result == CUDA_RES_TIMEOUT || p->result == CUDA_RES_NOT_READY))
+		if (p->failed_step &&
+		    (p->result == CUDA_RES_TIMEOUT || p->result == CUDA_RES_NOT_READY))
 			return true;
 	}
 	return false;

@@ -15,8 +15,8 @@
 struct nccl_setting {
 	const char *name;
 	const char *value;
-	const char *why;  /* what goes wrong without it */
-	bool required;    /* a rank without it is refused */
+	const char *why; /* what goes wrong without it */
+	bool required;	 /* a rank without it is refused */
 };
 
 /* The settings `stasis run` gives a job, the required ones first. */
