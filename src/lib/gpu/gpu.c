@@ -18,7 +18,7 @@
 #define LOCK_RETRY_DELAY_US 20000
 #define LOCK_RETRIES 50
 
-/* Between rounds of a lock that timed out (gpu_lock_all_rounds). */
+/* Between rounds of a lock that timed out (gpu_batch.lock_rounds). */
 #define LOCK_ROUND_PAUSE_US 200000
 
 int gpu_batch_add(struct gpu_batch *batch, pid_t pid)
