@@ -81,14 +81,14 @@ bool nccl_env_has(const char *env, size_t len, const char *name, const char *val
 	return found;
 }
 
-int nccl_rank_check(pid_t pid, const char *comm, struct stasis_error **err)
+const struct nccl_setting *nccl_rank_missing(pid_t pid)
 {
 	_cleanup_free_ char *env = NULL;
 	char path[64];
 	size_t len = 0;
 
 	if (!nccl_is_rank(pid))
-		return 0;
+		return NULL;
 	/* The environment the rank started with: NCCL reads its settings
 	 * once, at its first communicator, from there unless the program
 	 * changed it in between. */
@@ -97,16 +97,23 @@ int nccl_rank_check(pid_t pid, const char *comm, struct stasis_error **err)
 	for (size_t i = 0; i < sizeof(settings) / sizeof(settings[0]); i++) {
 		const struct nccl_setting *s = &settings[i];
 
-		if (!s->required || (env && nccl_env_has(env, len, s->name, s->value)))
-			continue;
-		stasis_error_set(err, ENOTSUP, STASIS_DOMAIN_CUDA, 0,
-				 "PID %d (%s) is an NCCL rank started without %s=%s: %s", (int)pid,
-				 comm, s->name, s->value, s->why);
-		return stasis_error_hint(err,
-					 "nothing was changed; start the job with `stasis run` "
-					 "(or set its settings yourself: docs/MULTI-GPU.md)");
+		if (s->required && !(env && nccl_env_has(env, len, s->name, s->value)))
+			return s;
 	}
-	return 0;
+	return NULL;
+}
+
+int nccl_rank_check(pid_t pid, const char *comm, struct stasis_error **err)
+{
+	const struct nccl_setting *s = nccl_rank_missing(pid);
+
+	if (!s)
+		return 0;
+	stasis_error_set(err, ENOTSUP, STASIS_DOMAIN_CUDA, 0,
+			 "PID %d (%s) is an NCCL rank started without %s=%s: %s", (int)pid, comm,
+			 s->name, s->value, s->why);
+	return stasis_error_hint(err, "nothing was changed; start the job with `stasis run` "
+				      "(or set its settings yourself: docs/MULTI-GPU.md)");
 }
 
 /* Measured on two H200s: one checkpoint in six of DDP ranks timed out in

@@ -26,6 +26,10 @@ const struct nccl_setting *nccl_settings(size_t *n);
  * thread runs). */
 bool nccl_is_rank(pid_t pid);
 
+/* The first required setting that pid, an NCCL rank, started without;
+ * NULL when it has them all or is no rank. */
+const struct nccl_setting *nccl_rank_missing(pid_t pid);
+
 /* Refuse pid if it is an NCCL rank started without a required setting,
  * naming the setting and `stasis run`. */
 int nccl_rank_check(pid_t pid, const char *comm, struct stasis_error **err);
