@@ -4,6 +4,7 @@
 #ifndef STASIS_CLI_H
 #define STASIS_CLI_H
 
+#include <signal.h>
 #include <stdbool.h>
 #include <sys/types.h>
 
@@ -24,6 +25,10 @@ struct command {
 
 extern const struct command commands[];
 
+/* The umask stasis was started with (it works under 077): what a job
+ * that stasis run starts gets back. */
+extern mode_t cli_caller_umask;
+
 /* Print "stasis: error: ..." and return the exit code for it. */
 int cli_fail(const char *command, struct stasis_error *err);
 
@@ -34,9 +39,13 @@ int cli_usage_error(const char *command, const char *fmt, ...)
 /* Parse a PID argument; false when it is not a positive number. */
 bool cli_parse_pid(const char *text, pid_t *pid);
 
-/* Stand in as root's parent: forward SIGINT, SIGTERM and SIGHUP to it,
- * wait for it, and return its exit status (128 + N for signal N). */
+/* Stand in as root's parent: forward SIGINT, SIGTERM, SIGHUP and SIGQUIT
+ * to it (unblocking them), wait for it, and return its exit status
+ * (128 + N for signal N). */
 int cli_wait_forwarding(pid_t root);
+
+/* The signals cli_wait_forwarding forwards, into set. */
+void cli_forwarded_signals(sigset_t *set);
 
 /* Whether progress decoration may go to stderr (a terminal, no --json). */
 bool cli_decorate(bool json);

@@ -2,10 +2,14 @@
 /* stasis run [--] COMMAND...: start a job ready to be checkpointed, in a
  * session of its own, with the settings its NCCL ranks need. */
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
+#include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -31,22 +35,42 @@ static int apply_settings(void)
 	return 0;
 }
 
-static int exec_job(char **argv)
+/* The job gets the caller's umask and signal mask back; 127 when its
+ * command is not found, 126 when it cannot be run, as shells say. */
+static int exec_job(char **argv, const sigset_t *mask)
 {
+	umask(cli_caller_umask);
+	sigprocmask(SIG_SETMASK, mask, NULL);
 	execvp(argv[0], argv);
 	fprintf(stderr, "stasis run: error: cannot run %s: %s\n", argv[0], strerror(errno));
-	return 127;
+	return errno == ENOENT ? 127 : 126;
+}
+
+/* Whether stasis has a controlling terminal: a session of the job's own
+ * would lose it, and with it the terminal's Ctrl-C and hangup. */
+static bool has_terminal(void)
+{
+	int fd = open("/dev/tty", O_RDONLY | O_NOCTTY | O_CLOEXEC);
+
+	if (fd < 0)
+		return false;
+	close(fd);
+	return true;
 }
 
 int cmd_run(int argc, char **argv)
 {
 	static const struct option options[] = {{NULL, 0, NULL, 0}};
+	sigset_t forwarded, old;
 	pid_t child;
 
 	opterr = 0;
 	/* "+": the job's own options are its own. */
-	if (getopt_long(argc, argv, "+", options, NULL) != -1)
+	if (getopt_long(argc, argv, "+", options, NULL) != -1) {
+		if (optopt)
+			return cli_usage_error("run", "unknown option -%c", optopt);
 		return cli_usage_error("run", "unknown option %s", argv[optind - 1]);
+	}
 	if (optind >= argc)
 		return cli_usage_error("run", "which command? (stasis run [--] COMMAND...)");
 	if (apply_settings() < 0) {
@@ -54,14 +78,19 @@ int cmd_run(int argc, char **argv)
 			strerror(errno));
 		return EXIT_FAILED;
 	}
-	/* Not a process group's leader (a shell script's job, a service):
-	 * the job becomes a session's leader in place and keeps this PID. */
-	if (setsid() >= 0) {
+	sigprocmask(SIG_SETMASK, NULL, &old);
+	/* Without a terminal and not a process group's leader (a service, a
+	 * script's background job): the job becomes a session's leader in
+	 * place and keeps this PID. */
+	if (!has_terminal() && setsid() >= 0) {
 		fprintf(stderr, "stasis run: PID %d, a session of its own\n", (int)getpid());
-		return exec_job(argv + optind);
+		return exec_job(argv + optind, &old);
 	}
-	/* A group's leader (a terminal's job) cannot: its child leads one, and
-	 * this stays its parent. */
+	/* Otherwise its child leads one, and this stays its parent in the
+	 * terminal's foreground, forwarding what the terminal sends. The
+	 * signals wait from the fork until they can be forwarded. */
+	cli_forwarded_signals(&forwarded);
+	sigprocmask(SIG_BLOCK, &forwarded, NULL);
 	child = fork();
 	if (child < 0) {
 		fprintf(stderr, "stasis run: error: fork: %s\n", strerror(errno));
@@ -70,7 +99,7 @@ int cmd_run(int argc, char **argv)
 	if (child == 0) {
 		if (setsid() < 0)
 			_exit(EXIT_FAILED);
-		_exit(exec_job(argv + optind));
+		_exit(exec_job(argv + optind, &old));
 	}
 	fprintf(stderr, "stasis run: PID %d, a session of its own\n", (int)child);
 	return cli_wait_forwarding(child);

@@ -12,6 +12,8 @@
 #include "runc-wrap.h"
 #include "stasis.h"
 
+mode_t cli_caller_umask = 022;
+
 const struct command commands[] = {
     {"checkpoint", cmd_checkpoint, "checkpoint a process tree or container into an image",
      "usage: stasis checkpoint PID -D DIR [options]   (alias: dump)\n"
@@ -273,7 +275,7 @@ int main(int argc, char **argv)
 	 * root's alone whatever the caller's umask (CRIU creates its images
 	 * 0666 less the umask). A restored process gets its own umask back
 	 * from its image. */
-	umask(077);
+	cli_caller_umask = umask(077);
 	c = find_command(argv[1]);
 	if (!c) {
 		fprintf(stderr, "stasis: unknown command '%s' (see 'stasis help')\n", argv[1]);

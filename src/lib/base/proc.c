@@ -112,7 +112,7 @@ char *proc_cmdline(pid_t pid)
 	char *cmd;
 
 	snprintf(path, sizeof(path), "/proc/%d/cmdline", (int)pid);
-	cmd = read_file_str(path, &len);
+	cmd = read_file_str_max(path, PROC_STRINGS_MAX, &len);
 	if (!cmd)
 		return strdup("");
 	for (size_t i = 0; i + 1 < len; i++)

@@ -37,6 +37,11 @@ void deadline_in_usec(struct timespec *ts, uint64_t us)
 
 char *read_file_str(const char *path, size_t *len_out)
 {
+	return read_file_str_max(path, SIZE_MAX - 1, len_out);
+}
+
+char *read_file_str_max(const char *path, size_t max, size_t *len_out)
+{
 	_cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
 	size_t cap = 4096, len = 0;
 	char *buf;
@@ -49,6 +54,11 @@ char *read_file_str(const char *path, size_t *len_out)
 	for (;;) {
 		ssize_t n;
 
+		if (len > max) {
+			free(buf);
+			errno = EFBIG;
+			return NULL;
+		}
 		if (len + 1 >= cap) {
 			char *bigger = realloc(buf, cap * 2);
 

@@ -63,6 +63,14 @@ void deadline_in_usec(struct timespec *ts, uint64_t us);
 /* Read a whole small file (procfs, sysfs) into a NUL-terminated buffer. */
 char *read_file_str(const char *path, size_t *len_out);
 
+/* The same, or NULL (EFBIG) past max bytes: for what a process can make
+ * as big as it likes (PR_SET_MM moves its environment and command line
+ * over any mapping of its own). */
+char *read_file_str_max(const char *path, size_t max, size_t *len_out);
+
+/* Past an exec's limit on its arguments and environment (6 MiB). */
+#define PROC_STRINGS_MAX (8u << 20)
+
 /* The number a small file starts with, or otherwise where it cannot be
  * read or holds none (cgroup's "max"). */
 uint64_t read_file_u64(const char *path, uint64_t otherwise);

@@ -93,7 +93,7 @@ const struct nccl_setting *nccl_rank_missing(pid_t pid)
 	 * once, at its first communicator, from there unless the program
 	 * changed it in between. */
 	snprintf(path, sizeof(path), "/proc/%d/environ", (int)pid);
-	env = read_file_str(path, &len);
+	env = read_file_str_max(path, PROC_STRINGS_MAX, &len);
 	for (size_t i = 0; i < sizeof(settings) / sizeof(settings[0]); i++) {
 		const struct nccl_setting *s = &settings[i];
 
