@@ -151,9 +151,10 @@ const struct command commands[] = {
      "takes) with the settings that let a multi-GPU job's NCCL ranks be\n"
      "checkpointed and restored, each printed once on stderr with its reason:\n"
      "NCCL_P2P_DISABLE=1 NCCL_NVLS_ENABLE=0 NCCL_CUMEM_HOST_ENABLE=0 USE_LIBUV=0.\n"
-     "They cost collective bandwidth (docs/MULTI-GPU.md). From a terminal,\n"
-     "stasis stays COMMAND's parent, forwards SIGINT, SIGTERM and SIGHUP to it\n"
-     "and exits with its status; elsewhere it becomes COMMAND.\n"},
+     "They cost collective bandwidth (docs/MULTI-GPU.md). With a terminal,\n"
+     "stasis stays COMMAND's parent, forwards SIGINT, SIGTERM, SIGHUP and SIGQUIT\n"
+     "to it and exits with its status; without one it becomes COMMAND. Either\n"
+     "way it prints the job's PID.\n"},
     {"cuda-checkpoint", cmd_cuda_checkpoint, "NVIDIA cuda-checkpoint compatible interface",
      "usage: stasis cuda-checkpoint --help   (or run it as 'cuda-checkpoint')\n"},
     {"help", cmd_help, "show help for a command", "usage: stasis help [COMMAND]\n"},
