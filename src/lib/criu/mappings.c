@@ -44,6 +44,8 @@ struct maps_scan {
 	char relinked[256];  /* the first deleted file still linked, not in SHM_DIR */
 	bool shm_relinked;   /* some deleted file still linked is in SHM_DIR */
 	char cuda_ipc[256];  /* the first of CUDA IPC's shared files mapped */
+	pid_t pid;
+	char exposed_ghost[256]; /* the first deleted file whose folders another user can change */
 };
 
 #define DELETED " (deleted)"
@@ -72,6 +74,54 @@ static bool deleted_but_linked(int map_files, const char *range, const char *pat
 
 	return len > strlen(DELETED) && strcmp(path + len - strlen(DELETED), DELETED) == 0 &&
 	       fstatat(map_files, range, &st, 0) == 0 && S_ISREG(st.st_mode) && st.st_nlink > 0;
+}
+
+/* A file with no name left (NCCL's buffers in SHM_DIR, a temporary file):
+ * CRIU saves its contents into the image, and at restore creates it again
+ * as root beside its old name ("NAME.cr.N.ghost"), along the old path. */
+static bool deleted_unlinked(int dirfd, const char *entry, const char *path)
+{
+	size_t len = strlen(path);
+	struct stat st;
+
+	return path[0] == '/' && len > strlen(DELETED) &&
+	       strcmp(path + len - strlen(DELETED), DELETED) == 0 &&
+	       fstatat(dirfd, entry, &st, 0) == 0 && S_ISREG(st.st_mode) && st.st_nlink == 0;
+}
+
+/* Whether no user but root can change which folder a path of pid's names,
+ * down to its file's folder: each folder root's, not a link, and writable
+ * by others only where sticky (/tmp, /dev/shm), so that no one else can
+ * rename what root makes in it. */
+static bool folders_root_only(pid_t pid, const char *path)
+{
+	char at[PATH_MAX + 32];
+	int root_len = snprintf(at, sizeof(at), "/proc/%d/root", (int)pid);
+	size_t len = strlen(path) - strlen(DELETED);
+
+	if (root_len < 0 || (size_t)root_len + len >= sizeof(at))
+		return false;
+	memcpy(at + root_len, path, len);
+	at[root_len + len] = '\0';
+	/* From the file's folder up to the process's root. */
+	for (char *slash = strrchr(at + root_len, '/'); slash;
+	     slash = strrchr(at + root_len, '/')) {
+		struct stat st;
+
+		*slash = '\0';
+		if (slash == at + root_len)
+			break; /* the root itself, whose owner the process's mount decides */
+		if (lstat(at, &st) < 0 || !S_ISDIR(st.st_mode) || st.st_uid != 0 ||
+		    ((st.st_mode & (S_IWGRP | S_IWOTH)) && !(st.st_mode & S_ISVTX)))
+			return false;
+	}
+	return true;
+}
+
+static void note_ghost(struct maps_scan *scan, const char *path)
+{
+	if (!scan->exposed_ghost[0] && !folders_root_only(scan->pid, path))
+		snprintf(scan->exposed_ghost, sizeof(scan->exposed_ghost), "%s", path);
 }
 
 /* A deleted name directly in SHM_DIR: "/dev/shm/sem.XXXXXX (deleted)". */
@@ -117,6 +167,7 @@ static int scan_maps(pid_t pid, struct maps_scan *scan)
 	_cleanup_close_ int map_files = -1;
 
 	memset(scan, 0, sizeof(*scan));
+	scan->pid = pid;
 	snprintf(name, sizeof(name), "/proc/%d/maps", (int)pid);
 	maps = fopen(name, "re");
 	snprintf(name, sizeof(name), "/proc/%d/map_files", (int)pid);
@@ -140,6 +191,8 @@ static int scan_maps(pid_t pid, struct maps_scan *scan)
 		snprintf(range, sizeof(range), "%lx-%lx", from, to);
 		if (deleted_but_linked(map_files, range, line + file))
 			note_relinked(scan, line + file);
+		else if (deleted_unlinked(map_files, range, line + file))
+			note_ghost(scan, line + file);
 		if (!scan->cuda_ipc[0] &&
 		    strncmp(line + file, CUDA_IPC_PREFIX, strlen(CUDA_IPC_PREFIX)) == 0)
 			snprintf(scan->cuda_ipc, sizeof(scan->cuda_ipc), "%s", line + file);
@@ -157,6 +210,8 @@ static int note_relinked_fd(int dirfd, const char *fd, const char *target, void 
 {
 	if (target[0] == '/' && deleted_but_linked(dirfd, fd, target))
 		note_relinked(scan, target);
+	else if (deleted_unlinked(dirfd, fd, target))
+		note_ghost(scan, target);
 	return 0;
 }
 
@@ -195,6 +250,19 @@ static int refuse_relinked(const struct manifest_process *p, const char *path, c
 			 (int)p->pid, p->comm, path, why);
 	return stasis_error_hint(err, "nothing was changed; with Python's multiprocessing, "
 				      "the 'fork' start method makes no such files");
+}
+
+static int refuse_exposed_ghost(const struct manifest_process *p, const char *path,
+				struct stasis_error **err)
+{
+	stasis_error_set(err, ENOTSUP, STASIS_DOMAIN_USAGE, 0,
+			 "PID %d (%s) holds %s, a deleted file in a folder that a user other "
+			 "than root can change: at restore CRIU creates its contents there "
+			 "again as root, along that path",
+			 (int)p->pid, p->comm, path);
+	return stasis_error_hint(err, "nothing was changed; keep such files in /dev/shm or "
+				      "/tmp, or close them before the checkpoint "
+				      "(docs/SECURITY.md)");
 }
 
 /* The processes of m that map the file at path, "PID N, PID M". */
@@ -294,6 +362,8 @@ int mappings_check(const struct manifest *m, bool keeps_running, bool shm_remap_
 			mappers(m, scan.cuda_ipc, who, sizeof(who));
 			return refuse_cuda_ipc(who, scan.cuda_ipc, err);
 		}
+		if (scan.exposed_ghost[0])
+			return refuse_exposed_ghost(p, scan.exposed_ghost, err);
 		if (scan.relinked[0])
 			return refuse_relinked(p, scan.relinked,
 					       "CRIU saves such a file only in " SHM_DIR, err);
