@@ -193,6 +193,7 @@ static size_t gather(const struct nvml_gpu *gpus, const struct nvml_process *np,
 		     struct ps_entry **entries)
 {
 	size_t n = 0, cap = 0;
+	struct ps_entry *bigger;
 	struct dirent *de;
 	DIR *d = opendir("/proc");
 
@@ -201,14 +202,10 @@ static size_t gather(const struct nvml_gpu *gpus, const struct nvml_process *np,
 
 		if (pid <= 0 || pid == getpid())
 			continue;
-		if (n == cap) {
-			struct ps_entry *bigger =
-			    realloc(*entries, (cap = cap ? cap * 2 : 16) * sizeof(*bigger));
-
-			if (!bigger)
-				break;
-			*entries = bigger;
-		}
+		bigger = grow_array(*entries, n, &cap, sizeof(*bigger), 16);
+		if (!bigger)
+			break;
+		*entries = bigger;
 		if (describe(pid, gpus, np, nnp, &(*entries)[n]))
 			n++;
 	}

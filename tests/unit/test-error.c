@@ -73,13 +73,36 @@ static void uuids(void **state)
 	assert_true(cuda_uuid_parse("zz234567-89ab-cdef-0123-456789abcdef", &u) < 0);
 }
 
+/* grow_array: first size from empty, doubling when full, the same array
+ * while there is room, and a size that would overflow refused. */
+static void growing_arrays(void **state)
+{
+	size_t cap = 0, n = 0;
+	int *a = NULL, *b;
+
+	(void)state;
+	a = grow_array(a, n, &cap, sizeof(*a), 4);
+	assert_non_null(a);
+	assert_int_equal(cap, 4);
+	for (n = 0; n < 4; n++)
+		a[n] = (int)n;
+	assert_ptr_equal(grow_array(a, 3, &cap, sizeof(*a), 4), a);
+	b = grow_array(a, n, &cap, sizeof(*a), 4);
+	assert_non_null(b);
+	assert_int_equal(cap, 8);
+	assert_int_equal(b[3], 3);
+	cap = SIZE_MAX / 2 + 1;
+	assert_null(grow_array(b, cap, &cap, sizeof(*b), 4));
+	assert_int_equal(cap, SIZE_MAX / 2 + 1);
+	free(b);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(wrap_and_hint),
-	    cmocka_unit_test(one_line),
-	    cmocka_unit_test(versions_and_sizes),
-	    cmocka_unit_test(uuids),
+	    cmocka_unit_test(wrap_and_hint),	  cmocka_unit_test(one_line),
+	    cmocka_unit_test(versions_and_sizes), cmocka_unit_test(uuids),
+	    cmocka_unit_test(growing_arrays),
 	};
 
 	return cmocka_run_group_tests_name("error", tests, NULL, NULL);

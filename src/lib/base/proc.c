@@ -123,24 +123,21 @@ char *proc_cmdline(pid_t pid)
 
 static int push_pid(pid_t **pids, size_t *n, size_t *cap, pid_t pid)
 {
+	pid_t *p;
+
 	for (size_t i = 0; i < *n; i++)
 		if ((*pids)[i] == pid)
 			return 0;
-	if (*n == *cap) {
-		size_t bigger = *cap ? *cap * 2 : 16;
-		pid_t *p = realloc(*pids, bigger * sizeof(*p));
-
-		if (!p)
-			return -ENOMEM;
-		*pids = p;
-		*cap = bigger;
-	}
+	p = grow_array(*pids, *n, cap, sizeof(*p), 16);
+	if (!p)
+		return -ENOMEM;
+	*pids = p;
 	(*pids)[(*n)++] = pid;
 	return 0;
 }
 
 /* Children of every thread of pid, from /proc/PID/task/TID/children. */
-static int add_children(pid_t pid, pid_t **pids, size_t *n, size_t *cap)
+int proc_each_thread_file(pid_t pid, const char *name, int (*fn)(char *text, void *ctx), void *ctx)
 {
 	char path[64];
 	DIR *d;
@@ -152,22 +149,42 @@ static int add_children(pid_t pid, pid_t **pids, size_t *n, size_t *cap)
 	if (!d)
 		return 0; /* it exited meanwhile */
 	while (r == 0 && (de = readdir(d))) {
-		char cpath[128];
-		_cleanup_free_ char *children = NULL;
-		char *save = NULL;
+		char tpath[128];
+		_cleanup_free_ char *text = NULL;
 
 		if (de->d_name[0] == '.')
 			continue;
-		snprintf(cpath, sizeof(cpath), "/proc/%d/task/%s/children", (int)pid, de->d_name);
-		children = read_file_str(cpath, NULL);
-		if (!children)
-			continue;
-		for (char *tok = strtok_r(children, " \n", &save); tok && r == 0;
-		     tok = strtok_r(NULL, " \n", &save))
-			r = push_pid(pids, n, cap, (pid_t)atoi(tok));
+		snprintf(tpath, sizeof(tpath), "/proc/%d/task/%s/%s", (int)pid, de->d_name, name);
+		text = read_file_str(tpath, NULL);
+		if (text)
+			r = fn(text, ctx);
 	}
 	closedir(d);
 	return r;
+}
+
+struct pid_set {
+	pid_t **pids;
+	size_t *n, *cap;
+};
+
+static int push_children(char *children, void *ctx)
+{
+	struct pid_set *set = ctx;
+	char *save = NULL;
+	int r = 0;
+
+	for (char *tok = strtok_r(children, " \n", &save); tok && r == 0;
+	     tok = strtok_r(NULL, " \n", &save))
+		r = push_pid(set->pids, set->n, set->cap, (pid_t)atoi(tok));
+	return r;
+}
+
+static int add_children(pid_t pid, pid_t **pids, size_t *n, size_t *cap)
+{
+	struct pid_set set = {.pids = pids, .n = n, .cap = cap};
+
+	return proc_each_thread_file(pid, "children", push_children, &set);
 }
 
 int proc_require(pid_t pid, struct stasis_error **err)

@@ -25,6 +25,11 @@ int proc_each_fd(pid_t pid, int (*fn)(int dirfd, const char *fd, const char *tar
 		 void *ctx);
 /* Its PID inside its own (innermost) PID namespace; 0 when unknown. */
 pid_t proc_ns_pid(pid_t pid);
+
+/* fn(text, ctx) with the text of /proc/PID/task/TID/NAME of each thread
+ * that has it (fn may change the text), until fn returns non-zero, which
+ * is returned. */
+int proc_each_thread_file(pid_t pid, const char *name, int (*fn)(char *text, void *ctx), void *ctx);
 /* cmdline with NULs turned into spaces; the caller frees it. */
 char *proc_cmdline(pid_t pid);
 

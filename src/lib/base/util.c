@@ -35,6 +35,22 @@ void deadline_in_usec(struct timespec *ts, uint64_t us)
 	}
 }
 
+void *grow_array(void *items, size_t n, size_t *cap, size_t size, size_t first)
+{
+	size_t bigger;
+	void *moved;
+
+	if (n < *cap)
+		return items;
+	bigger = *cap ? *cap * 2 : first;
+	if (bigger < *cap || bigger > SIZE_MAX / size)
+		return NULL;
+	moved = realloc(items, bigger * size);
+	if (moved)
+		*cap = bigger;
+	return moved;
+}
+
 char *read_file_str(const char *path, size_t *len_out)
 {
 	return read_file_str_max(path, SIZE_MAX - 1, len_out);

@@ -60,6 +60,11 @@ uint64_t now_usec(void);
 struct timespec;
 void deadline_in_usec(struct timespec *ts, uint64_t us);
 
+/* items (an array of n used of *cap, each size bytes) with room for one
+ * more: itself, or moved and twice as big (first items the first time);
+ * NULL, with items left as they were, when there is no memory. */
+void *grow_array(void *items, size_t n, size_t *cap, size_t size, size_t first);
+
 /* Read a whole small file (procfs, sysfs) into a NUL-terminated buffer. */
 char *read_file_str(const char *path, size_t *len_out);
 

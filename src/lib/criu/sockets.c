@@ -18,19 +18,14 @@ struct inodes {
 static int add_socket_inode(int dirfd, const char *fd, const char *target, void *ctx)
 {
 	struct inodes *set = ctx;
-	unsigned long ino;
+	unsigned long ino, *bigger;
 
 	if (sscanf(target, "socket:[%lu]", &ino) != 1)
 		return 0;
-	if (set->n == set->cap) {
-		size_t cap = set->cap ? 2 * set->cap : 16;
-		unsigned long *bigger = realloc(set->inodes, cap * sizeof(*bigger));
-
-		if (!bigger)
-			return -ENOMEM;
-		set->inodes = bigger;
-		set->cap = cap;
-	}
+	bigger = grow_array(set->inodes, set->n, &set->cap, sizeof(*bigger), 16);
+	if (!bigger)
+		return -ENOMEM;
+	set->inodes = bigger;
 	set->inodes[set->n++] = ino;
 	return 0;
 }

@@ -1,12 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 #include "nccl.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "proc.h"
 #include "util.h"
 
 /* Measured with driver 580.159 and NCCL 2.28.9 on two H200s with NVLink
@@ -37,25 +37,15 @@ const struct nccl_setting *nccl_settings(size_t *n)
 /* PyTorch's name for the watchdog thread of its NCCL process groups. */
 #define NCCL_WATCHDOG "pt_nccl_watchdg"
 
+static int is_watchdog(char *comm, void *ctx)
+{
+	(void)ctx;
+	return strcmp(strip_trailing(comm), NCCL_WATCHDOG) == 0;
+}
+
 bool nccl_is_rank(pid_t pid)
 {
-	char path[64];
-	struct dirent *de;
-	bool found = false;
-	DIR *dir;
-
-	snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
-	dir = opendir(path);
-	while (dir && !found && (de = readdir(dir))) {
-		_cleanup_free_ char *comm = NULL;
-
-		snprintf(path, sizeof(path), "/proc/%d/task/%s/comm", (int)pid, de->d_name);
-		comm = de->d_name[0] == '.' ? NULL : read_file_str(path, NULL);
-		found = comm && strcmp(strip_trailing(comm), NCCL_WATCHDOG) == 0;
-	}
-	if (dir)
-		closedir(dir);
-	return found;
+	return proc_each_thread_file(pid, "comm", is_watchdog, NULL) > 0;
 }
 
 bool nccl_env_has(const char *env, size_t len, const char *name, const char *value)

@@ -36,14 +36,11 @@ static int parse_request(char *msg, struct plugin_request *req, pid_t **pids)
 	if (strncmp(msg, "resume restore", 14) != 0)
 		return -EPROTO;
 	for (word = strtok_r(msg + 14, " ", &save); word; word = strtok_r(NULL, " ", &save)) {
-		if (n == cap) {
-			pid_t *bigger =
-			    realloc(*pids, (cap = cap ? 2 * cap : 64) * sizeof(*bigger));
+		pid_t *bigger = grow_array(*pids, n, &cap, sizeof(*bigger), 64);
 
-			if (!bigger)
-				return -ENOMEM;
-			*pids = bigger;
-		}
+		if (!bigger)
+			return -ENOMEM;
+		*pids = bigger;
 		(*pids)[n++] = (pid_t)atoi(word);
 	}
 	req->pids = *pids;

@@ -147,18 +147,12 @@ struct image_stager {
 /* Open name in the stage and create it in DIR/criu; the array may move. */
 static int add_file(struct image_stager *s, const char *name)
 {
-	struct staged_file *f;
+	struct staged_file *f, *grown = grow_array(s->files, s->nfiles, &s->cap, sizeof(*f), 32);
 	struct stat st;
 
-	if (s->nfiles == s->cap) {
-		size_t cap = s->cap ? 2 * s->cap : 32;
-		struct staged_file *grown = realloc(s->files, cap * sizeof(*grown));
-
-		if (!grown)
-			return -ENOMEM;
-		s->files = grown;
-		s->cap = cap;
-	}
+	if (!grown)
+		return -ENOMEM;
+	s->files = grown;
 	f = &s->files[s->nfiles];
 	*f = (struct staged_file){.in = -1, .out = -1};
 	snprintf(f->name, sizeof(f->name), "%s", name);
@@ -340,7 +334,7 @@ struct staged_part {
  * into *out; how many, or -errno. */
 static ssize_t find_parts(struct image_stager *s, struct staged_part **out)
 {
-	struct staged_part *parts = NULL;
+	struct staged_part *parts = NULL, *grown;
 	size_t n = 0, cap = 0, len;
 	struct dirent *de;
 	unsigned k;
@@ -349,17 +343,12 @@ static ssize_t find_parts(struct image_stager *s, struct staged_part **out)
 	while ((de = readdir(s->scan))) {
 		if (de->d_type != DT_REG || !image_stage_part(de->d_name, &len, &k))
 			continue;
-		if (n == cap) {
-			struct staged_part *grown;
-
-			cap = cap ? 2 * cap : 16;
-			grown = realloc(parts, cap * sizeof(*parts));
-			if (!grown) {
-				free(parts);
-				return -ENOMEM;
-			}
-			parts = grown;
+		grown = grow_array(parts, n, &cap, sizeof(*parts), 16);
+		if (!grown) {
+			free(parts);
+			return -ENOMEM;
 		}
+		parts = grown;
 		snprintf(parts[n].name, sizeof(parts[n].name), "%s", de->d_name);
 		parts[n].k = k;
 		parts[n].of = find_file(s, de->d_name, len);

@@ -155,15 +155,11 @@ static void frame_done(struct unpacker *u, struct unpack_file *f, size_t seq)
 /* Under the lock. */
 static int add_mark(struct unpack_file *f, uint64_t end)
 {
-	if (f->nmarks == f->cap) {
-		size_t cap = f->cap ? f->cap * 2 : 256;
-		struct frame_mark *m = realloc(f->marks, cap * sizeof(*m));
+	struct frame_mark *m = grow_array(f->marks, f->nmarks, &f->cap, sizeof(*m), 256);
 
-		if (!m)
-			return -ENOMEM;
-		f->marks = m;
-		f->cap = cap;
-	}
+	if (!m)
+		return -ENOMEM;
+	f->marks = m;
 	f->marks[f->nmarks++] = (struct frame_mark){.end = end};
 	return 0;
 }
