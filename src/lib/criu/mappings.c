@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -46,6 +47,7 @@ struct maps_scan {
 	char cuda_ipc[256];  /* the first of CUDA IPC's shared files mapped */
 	pid_t pid;
 	char exposed_ghost[256]; /* the first deleted file whose folders another user can change */
+	dev_t shmem_dev;	 /* kernel_shmem_dev's */
 };
 
 #define DELETED " (deleted)"
@@ -76,17 +78,32 @@ static bool deleted_but_linked(int map_files, const char *range, const char *pat
 	       fstatat(map_files, range, &st, 0) == 0 && S_ISREG(st.st_mode) && st.st_nlink > 0;
 }
 
+/* The device of the kernel's own tmpfs, which holds every memfd and all
+ * anonymous shared memory ("/memfd:NAME (deleted)", "/dev/zero (deleted)";
+ * a restored process's shared memory is a memfd of CRIU's): CRIU saves
+ * such files by their contents and makes them again without a path
+ * (is_memfd in criu/memfd.c compares this device), so they are in no
+ * folder. (dev_t)-1 where the kernel has no memfd_create. */
+static dev_t kernel_shmem_dev(void)
+{
+	_cleanup_close_ int fd = memfd_create("stasis-shmem-dev", MFD_CLOEXEC);
+	struct stat st;
+
+	return fd >= 0 && fstat(fd, &st) == 0 ? st.st_dev : (dev_t)-1;
+}
+
 /* A file with no name left (NCCL's buffers in SHM_DIR, a temporary file):
  * CRIU saves its contents into the image, and at restore creates it again
  * as root beside its old name ("NAME.cr.N.ghost"), along the old path. */
-static bool deleted_unlinked(int dirfd, const char *entry, const char *path)
+static bool deleted_unlinked(int dirfd, const char *entry, const char *path, dev_t shmem_dev)
 {
 	size_t len = strlen(path);
 	struct stat st;
 
 	return path[0] == '/' && len > strlen(DELETED) &&
 	       strcmp(path + len - strlen(DELETED), DELETED) == 0 &&
-	       fstatat(dirfd, entry, &st, 0) == 0 && S_ISREG(st.st_mode) && st.st_nlink == 0;
+	       fstatat(dirfd, entry, &st, 0) == 0 && S_ISREG(st.st_mode) && st.st_nlink == 0 &&
+	       st.st_dev != shmem_dev;
 }
 
 /* Whether no user but root can change which folder a path of pid's names,
@@ -168,6 +185,7 @@ static int scan_maps(pid_t pid, struct maps_scan *scan)
 
 	memset(scan, 0, sizeof(*scan));
 	scan->pid = pid;
+	scan->shmem_dev = kernel_shmem_dev();
 	snprintf(name, sizeof(name), "/proc/%d/maps", (int)pid);
 	maps = fopen(name, "re");
 	snprintf(name, sizeof(name), "/proc/%d/map_files", (int)pid);
@@ -191,7 +209,7 @@ static int scan_maps(pid_t pid, struct maps_scan *scan)
 		snprintf(range, sizeof(range), "%lx-%lx", from, to);
 		if (deleted_but_linked(map_files, range, line + file))
 			note_relinked(scan, line + file);
-		else if (deleted_unlinked(map_files, range, line + file))
+		else if (deleted_unlinked(map_files, range, line + file, scan->shmem_dev))
 			note_ghost(scan, line + file);
 		if (!scan->cuda_ipc[0] &&
 		    strncmp(line + file, CUDA_IPC_PREFIX, strlen(CUDA_IPC_PREFIX)) == 0)
@@ -210,7 +228,7 @@ static int note_relinked_fd(int dirfd, const char *fd, const char *target, void 
 {
 	if (target[0] == '/' && deleted_but_linked(dirfd, fd, target))
 		note_relinked(scan, target);
-	else if (deleted_unlinked(dirfd, fd, target))
+	else if (deleted_unlinked(dirfd, fd, target, ((struct maps_scan *)scan)->shmem_dev))
 		note_ghost(scan, target);
 	return 0;
 }
