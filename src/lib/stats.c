@@ -50,6 +50,8 @@ char *stasis_stats_json(const struct manifest *m)
 			json_object_object_add(root, "not_staged_because",
 					       json_object_new_string(m->unstaged_why));
 	}
+	if (m->lock_tries)
+		json_object_object_add(root, "lock_tries", json_object_new_int((int)m->lock_tries));
 	if (checkpointed) {
 		json_object_object_add(root, "huge_pages", json_object_new_boolean(m->huge_pages));
 		if (m->no_huge_pages_why)

@@ -37,6 +37,9 @@ struct gpu_batch {
 	 * kernel for the locked rank); unlocked, the ranks run on, and a
 	 * later try most often finds them between collectives. */
 	unsigned int lock_rounds;
+	/* How many tries the last gpu_lock_all took; its cuda_lock time spans
+	 * them all, with the rollbacks and pauses between. */
+	unsigned int lock_tries;
 	/* restore onto other GPUs: pairs for every process (may be empty) */
 	const struct cuda_gpu_pair *pairs;
 	unsigned int npairs;

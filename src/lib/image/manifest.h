@@ -116,6 +116,9 @@ struct manifest {
 	const char *no_huge_pages_why;
 	int page_writers;
 	bool page_writer_chunks;
+	/* How many tries the GPU lock took (gpu_batch.lock_tries), where more
+	 * than one. */
+	unsigned int lock_tries;
 	bool page_writer_parts;
 };
 
