@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cuda-api.h"
 #include "criu-rpc.h"
@@ -97,12 +98,38 @@ static void growing_arrays(void **state)
 	free(b);
 }
 
+/* The summary of a failed CRIU's log: its last error lines, without an
+ * error CRIU goes on after, which would push the cause out. */
+static void criu_log_summary(void **state)
+{
+	char path[] = "/tmp/stasis-unit-criu-log-XXXXXX";
+	int fd = mkstemp(path);
+	const char log[] =
+	    "(00.000595) Error (criu/util.c:1534): rlimit: Can't setup RLIMIT_NOFILE "
+	    "for self: Operation not permitted\n"
+	    "(00.001000) Dumping task\n"
+	    "(00.207000) Error (compel/src/lib/infect.c:417): Unable to detach\n"
+	    "(00.208000) Error (criu/cr-dump.c:1998): Dumping FAILED.\n";
+	char *summary;
+
+	(void)state;
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, log, strlen(log)), (ssize_t)strlen(log));
+	close(fd);
+	summary = criu_log_errors(path, 3);
+	unlink(path);
+	assert_non_null(summary);
+	assert_string_equal(summary, "Error (compel/src/lib/infect.c:417): Unable to detach | "
+				     "Error (criu/cr-dump.c:1998): Dumping FAILED.");
+	free(summary);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(wrap_and_hint),	  cmocka_unit_test(one_line),
 	    cmocka_unit_test(versions_and_sizes), cmocka_unit_test(uuids),
-	    cmocka_unit_test(growing_arrays),
+	    cmocka_unit_test(growing_arrays),	  cmocka_unit_test(criu_log_summary),
 	};
 
 	return cmocka_run_group_tests_name("error", tests, NULL, NULL);
