@@ -106,8 +106,9 @@ int nccl_rank_check(pid_t pid, const char *comm, struct stasis_error **err)
 				      "(or set its settings yourself: docs/MULTI-GPU.md)");
 }
 
-/* Measured on two H200s: one checkpoint in six of DDP ranks timed out in
- * its lock; three tries. */
+/* Measured on two H200s: one lock in ten of DDP ranks timed out, and one
+ * checkpoint in three of a tensor-parallel server's ranks (whose second
+ * try locked them); three tries. */
 #define NCCL_LOCK_ROUNDS 3
 
 unsigned int nccl_lock_rounds(const struct gpu_batch *batch)
