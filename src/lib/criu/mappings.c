@@ -48,6 +48,7 @@ struct maps_scan {
 	pid_t pid;
 	char exposed_ghost[256]; /* the first deleted file whose folders another user can change */
 	dev_t shmem_dev;	 /* kernel_shmem_dev's */
+	char memfd_exe[256];	 /* the program, where it runs from a memfd */
 };
 
 #define DELETED " (deleted)"
@@ -233,6 +234,32 @@ static int note_relinked_fd(int dirfd, const char *fd, const char *target, void 
 	return 0;
 }
 
+/* The program a process runs (/proc/PID/exe), which CRIU saves as a file
+ * of its own beside the mappings of it: deleted, the same rules as any
+ * deleted file apply; from a memfd (fexecve), CRIU's dump succeeds but its
+ * restore fails ("No entry for reg-file-ID": the program's file entry is
+ * the memfd's, which it never wrote), and the process would be lost. */
+static void scan_exe(pid_t pid, struct maps_scan *scan)
+{
+	char name[64], target[PATH_MAX];
+	_cleanup_close_ int dir = -1;
+	struct stat st;
+	ssize_t len;
+
+	snprintf(name, sizeof(name), "/proc/%d", (int)pid);
+	dir = open(name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dir < 0)
+		return;
+	len = readlinkat(dir, "exe", target, sizeof(target) - 1);
+	if (len < 0)
+		return; /* gone meanwhile */
+	target[len] = '\0';
+	if (fstatat(dir, "exe", &st, 0) == 0 && st.st_dev == scan->shmem_dev)
+		snprintf(scan->memfd_exe, sizeof(scan->memfd_exe), "%s", target);
+	else
+		note_relinked_fd(dir, "exe", target, scan);
+}
+
 /* The driver's checkpoint saves a process's CUDA contexts. NVIDIA's OpenCL
  * driver keeps mappings of the device beside them (measured in PyTorch
  * Lightning's process: six, still there after the CUDA checkpoint, made
@@ -268,6 +295,16 @@ static int refuse_relinked(const struct manifest_process *p, const char *path, c
 			 (int)p->pid, p->comm, path, why);
 	return stasis_error_hint(err, "nothing was changed; with Python's multiprocessing, "
 				      "the 'fork' start method makes no such files");
+}
+
+static int refuse_memfd_exe(const struct manifest_process *p, const char *exe,
+			    struct stasis_error **err)
+{
+	stasis_error_set(err, ENOTSUP, STASIS_DOMAIN_USAGE, 0,
+			 "PID %d (%s) runs its program from a memfd (%s): CRIU saves such a "
+			 "process but cannot restore it",
+			 (int)p->pid, p->comm, exe);
+	return stasis_error_hint(err, "nothing was changed; run the program from a file");
 }
 
 static int refuse_exposed_ghost(const struct manifest_process *p, const char *path,
@@ -370,6 +407,9 @@ int mappings_check(const struct manifest *m, bool keeps_running, bool shm_remap_
 		/* Descriptors of deleted files still linked: CRIU's link-remap
 		 * would take those too. */
 		proc_each_fd(p->pid, note_relinked_fd, &scan);
+		scan_exe(p->pid, &scan);
+		if (scan.memfd_exe[0])
+			return refuse_memfd_exe(p, scan.memfd_exe, err);
 		if (p->cuda && scan.opencl)
 			return refuse_opencl(p, err);
 		if (p->cuda && keeps_running && scan.jax)
