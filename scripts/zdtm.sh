@@ -54,7 +54,7 @@ writers=$cpus
 fill=$cpus
 [ "$fill" -gt 16 ] && fill=16
 [ "$fill" -lt 4 ] && fill=4
-settings="CRIU_PAGE_WRITERS=$writers CRIU_PAGE_WRITER_CHUNKS=1 CRIU_PAGE_WRITER_PARTS= CRIU_FILL_THREADS=$fill"
+settings="CRIU_PAGE_WRITERS=$writers CRIU_PAGE_WRITER_CHUNKS=1 CRIU_PAGE_WRITER_PARTS= CRIU_FILL_THREADS=$fill CRIU_GHOST_ROOT_FOLDERS=1"
 # "chunks": RLIMIT_NOFILE such that 256 MiB in 1 MiB pipes does not fit in
 # three quarters of it (tests/zdtm/criu-wrap).
 chunks_nofile=512

@@ -198,6 +198,10 @@ static void configure_environment(void)
 
 	hw_breakpoints_configure_criu();
 	configure_page_writers();
+	/* Ghost files only in folders no user but root can change (stasis's
+	 * CRIU patch 0008): preflight refuses those it sees, and CRIU the
+	 * ones it cannot (in flight in a unix socket, opened after it). */
+	setenv("CRIU_GHOST_ROOT_FOLDERS", "1", 1);
 	/* A runtime's CRIU (runc) link-remaps nothing for stasis. */
 	shm_remap_allow(NULL);
 	if (getenv("CRIU_LIBS_DIR"))

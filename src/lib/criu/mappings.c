@@ -109,8 +109,10 @@ static bool deleted_unlinked(int dirfd, const char *entry, const char *path, dev
 
 /* Whether no user but root can change which folder a path of pid's names,
  * down to its file's folder: each folder root's, not a link, and writable
- * by others only where sticky (/tmp, /dev/shm), so that no one else can
- * rename what root makes in it. */
+ * by others (or by a group other than root's: a tree unpacked by root keeps
+ * its 0775 folders) only where sticky (/tmp, /dev/shm), so that no one else
+ * can rename what root makes in it. The same rule as stasis's CRIU's at
+ * the dump and the restore (patch 0008), for the files preflight sees. */
 static bool folders_root_only(pid_t pid, const char *path)
 {
 	char at[PATH_MAX + 32];
@@ -130,7 +132,8 @@ static bool folders_root_only(pid_t pid, const char *path)
 		if (slash == at + root_len)
 			break; /* the root itself, whose owner the process's mount decides */
 		if (lstat(at, &st) < 0 || !S_ISDIR(st.st_mode) || st.st_uid != 0 ||
-		    ((st.st_mode & (S_IWGRP | S_IWOTH)) && !(st.st_mode & S_ISVTX)))
+		    (((st.st_mode & S_IWOTH) || ((st.st_mode & S_IWGRP) && st.st_gid != 0)) &&
+		     !(st.st_mode & S_ISVTX)))
 			return false;
 	}
 	return true;
