@@ -47,6 +47,7 @@ struct maps_scan {
 	char cuda_ipc[256];  /* the first of CUDA IPC's shared files mapped */
 	pid_t pid;
 	char exposed_ghost[256]; /* the first deleted file whose folders another user can change */
+	char shared_ghost[256];	 /* the first deleted file in a sticky folder others can write */
 	dev_t shmem_dev;	 /* kernel_shmem_dev's */
 	char memfd_exe[256];	 /* the program, where it runs from a memfd */
 };
@@ -113,12 +114,14 @@ static bool deleted_unlinked(int dirfd, const char *entry, const char *path, dev
  * its 0775 folders) only where sticky (/tmp, /dev/shm), so that no one else
  * can rename what root makes in it. The same rule as stasis's CRIU's at
  * the dump and the restore (patch 0008), for the files preflight sees. */
-static bool folders_root_only(pid_t pid, const char *path)
+static bool folders_root_only(pid_t pid, const char *path, bool *sticky_shared)
 {
 	char at[PATH_MAX + 32];
 	int root_len = snprintf(at, sizeof(at), "/proc/%d/root", (int)pid);
 	size_t len = strlen(path) - strlen(DELETED);
+	bool own = true; /* the file's own folder */
 
+	*sticky_shared = false;
 	if (root_len < 0 || (size_t)root_len + len >= sizeof(at))
 		return false;
 	memcpy(at + root_len, path, len);
@@ -127,22 +130,32 @@ static bool folders_root_only(pid_t pid, const char *path)
 	for (char *slash = strrchr(at + root_len, '/'); slash;
 	     slash = strrchr(at + root_len, '/')) {
 		struct stat st;
+		bool others;
 
 		*slash = '\0';
 		if (slash == at + root_len)
 			break; /* the root itself, whose owner the process's mount decides */
-		if (lstat(at, &st) < 0 || !S_ISDIR(st.st_mode) || st.st_uid != 0 ||
-		    (((st.st_mode & S_IWOTH) || ((st.st_mode & S_IWGRP) && st.st_gid != 0)) &&
-		     !(st.st_mode & S_ISVTX)))
+		if (lstat(at, &st) < 0)
 			return false;
+		others = (st.st_mode & S_IWOTH) || ((st.st_mode & S_IWGRP) && st.st_gid != 0);
+		if (!S_ISDIR(st.st_mode) || st.st_uid != 0 || (others && !(st.st_mode & S_ISVTX)))
+			return false;
+		*sticky_shared = *sticky_shared || (own && others);
+		own = false;
 	}
 	return true;
 }
 
 static void note_ghost(struct maps_scan *scan, const char *path)
 {
-	if (!scan->exposed_ghost[0] && !folders_root_only(scan->pid, path))
-		snprintf(scan->exposed_ghost, sizeof(scan->exposed_ghost), "%s", path);
+	bool sticky_shared;
+
+	if (!folders_root_only(scan->pid, path, &sticky_shared)) {
+		if (!scan->exposed_ghost[0])
+			snprintf(scan->exposed_ghost, sizeof(scan->exposed_ghost), "%s", path);
+	} else if (sticky_shared && !scan->shared_ghost[0]) {
+		snprintf(scan->shared_ghost, sizeof(scan->shared_ghost), "%s", path);
+	}
 }
 
 /* A deleted name directly in SHM_DIR: "/dev/shm/sem.XXXXXX (deleted)". */
@@ -310,6 +323,28 @@ static int refuse_memfd_exe(const struct manifest_process *p, const char *exe,
 	return stasis_error_hint(err, "nothing was changed; run the program from a file");
 }
 
+/* In a sticky folder others can write, a restored ghost is its owner's
+ * before CRIU links it back and opens it by path: only these two keep what
+ * its owner can put in its place harmless to root (stasis's CRIU checks the
+ * same, patch 0008). */
+static bool links_protected(void)
+{
+	return read_file_u64("/proc/sys/fs/protected_symlinks", 0) >= 1 &&
+	       read_file_u64("/proc/sys/fs/protected_hardlinks", 0) >= 1;
+}
+
+static int refuse_shared_ghost(const struct manifest_process *p, const char *path,
+			       struct stasis_error **err)
+{
+	stasis_error_set(err, ENOTSUP, STASIS_DOMAIN_USAGE, 0,
+			 "PID %d (%s) holds %s, a deleted file in a sticky folder, while "
+			 "fs.protected_symlinks or fs.protected_hardlinks is off: at restore "
+			 "its owner could put a link in its place",
+			 (int)p->pid, p->comm, path);
+	return stasis_error_hint(err, "nothing was changed; sysctl -w fs.protected_symlinks=1 "
+				      "fs.protected_hardlinks=1");
+}
+
 static int refuse_exposed_ghost(const struct manifest_process *p, const char *path,
 				struct stasis_error **err)
 {
@@ -386,8 +421,7 @@ static int refuse_unsavable(const struct manifest_process *p, const struct maps_
 
 int mappings_link_remap_safe(struct stasis_error **err)
 {
-	if (read_file_u64("/proc/sys/fs/protected_symlinks", 0) >= 1 &&
-	    read_file_u64("/proc/sys/fs/protected_hardlinks", 0) >= 1)
+	if (links_protected())
 		return 0;
 	stasis_error_set(err, ENOTSUP, STASIS_DOMAIN_USAGE, 0,
 			 "CRIU's link-remap files lie in " SHM_DIR ", where another user could "
@@ -425,6 +459,8 @@ int mappings_check(const struct manifest *m, bool keeps_running, bool shm_remap_
 		}
 		if (scan.exposed_ghost[0])
 			return refuse_exposed_ghost(p, scan.exposed_ghost, err);
+		if (scan.shared_ghost[0] && !links_protected())
+			return refuse_shared_ghost(p, scan.shared_ghost, err);
 		if (scan.relinked[0])
 			return refuse_relinked(p, scan.relinked,
 					       "CRIU saves such a file only in " SHM_DIR, err);
