@@ -91,7 +91,9 @@ if [ "$(cat "$tree/.stasis-ready" 2>/dev/null)" != "$recipe" ]; then
 	echo "zdtm: extracting CRIU $VERSION's test suite"
 	rm -rf "$tree"
 	mkdir -p "$work"
-	tar -xJf "$build/downloads/criu_$VERSION.orig.tar.xz" -C "$work"
+	# Without --no-same-permissions root keeps the tarball's 0775 folders,
+	# in which stasis's CRIU (CRIU_GHOST_ROOT_FOLDERS) refuses ghost files.
+	tar -xJf "$build/downloads/criu_$VERSION.orig.tar.xz" -C "$work" --no-same-permissions
 	zdtm_py=$tree/test/zdtm.py
 	# The one change to upstream's harness: ZDTM_TESTS_AS_ROOT=1 keeps the
 	# tests root, as a test marked suid is (see above).

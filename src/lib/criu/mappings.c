@@ -9,6 +9,8 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
+#include <linux/magic.h>
 #include <unistd.h>
 
 #include "proc.h"
@@ -109,11 +111,13 @@ static bool deleted_unlinked(int dirfd, const char *entry, const char *path, dev
 }
 
 /* Whether no user but root can change which folder a path of pid's names,
- * down to its file's folder: each folder root's, not a link, and writable
- * by others (or by a group other than root's: a tree unpacked by root keeps
- * its 0775 folders) only where sticky (/tmp, /dev/shm), so that no one else
- * can rename what root makes in it. The same rule as stasis's CRIU's at
- * the dump and the restore (patch 0008), for the files preflight sees. */
+ * down to its file's folder: each folder root's, not a link, on no FUSE
+ * mount (whose owner says what its folders are), and writable by a group
+ * (an ACL's mask shows there too) or others only where sticky and
+ * world-writable (/tmp, /dev/shm: fs.protected_symlinks guards those), so
+ * that no one else can rename what root makes in it. The same rule as
+ * stasis's CRIU's at the dump and the restore (patch 0008), for the files
+ * preflight sees. */
 static bool folders_root_only(pid_t pid, const char *path, bool *sticky_shared)
 {
 	char at[PATH_MAX + 32];
@@ -135,10 +139,13 @@ static bool folders_root_only(pid_t pid, const char *path, bool *sticky_shared)
 		*slash = '\0';
 		if (slash == at + root_len)
 			break; /* the root itself, whose owner the process's mount decides */
-		if (lstat(at, &st) < 0)
+		struct statfs fs;
+
+		if (lstat(at, &st) < 0 || statfs(at, &fs) < 0)
 			return false;
-		others = (st.st_mode & S_IWOTH) || ((st.st_mode & S_IWGRP) && st.st_gid != 0);
-		if (!S_ISDIR(st.st_mode) || st.st_uid != 0 || (others && !(st.st_mode & S_ISVTX)))
+		others = st.st_mode & (S_IWGRP | S_IWOTH);
+		if (!S_ISDIR(st.st_mode) || st.st_uid != 0 || fs.f_type == FUSE_SUPER_MAGIC ||
+		    (others && !((st.st_mode & S_ISVTX) && (st.st_mode & S_IWOTH))))
 			return false;
 		*sticky_shared = *sticky_shared || (own && others);
 		own = false;
