@@ -110,19 +110,17 @@ static bool deleted_unlinked(int dirfd, const char *entry, const char *path, dev
 	       st.st_dev != shmem_dev;
 }
 
-/* Whether no user but root can change which folder a path of pid's names,
- * down to its file's folder: each folder root's, not a link, on no FUSE
- * mount (whose owner says what its folders are), and writable by a group
- * (an ACL's mask shows there too) or others only where sticky and
- * world-writable (/tmp, /dev/shm: fs.protected_symlinks guards those), so
- * that no one else can rename what root makes in it. The same rule as
- * stasis's CRIU's at the dump and the restore (patch 0008), for the files
- * preflight sees. */
-static bool folders_root_only(pid_t pid, const char *path, bool *sticky_shared)
+/* The rule for each folder, from the last up to pid's root: root's, not a
+ * link, on no FUSE mount (whose owner says what its folders are), and
+ * writable by a group (an ACL's mask shows there too) or others only where
+ * sticky and world-writable (/tmp, /dev/shm: fs.protected_symlinks guards
+ * those), so that no one else can rename what root makes in it. The same
+ * rule as stasis's CRIU's at the dump and the restore (patch 0008), for
+ * the files preflight sees. */
+bool mappings_folders_root_only(pid_t pid, const char *path, size_t len, bool *sticky_shared)
 {
 	char at[PATH_MAX + 32];
 	int root_len = snprintf(at, sizeof(at), "/proc/%d/root", (int)pid);
-	size_t len = strlen(path) - strlen(DELETED);
 	bool own = true; /* the file's own folder */
 
 	*sticky_shared = false;
@@ -157,7 +155,8 @@ static void note_ghost(struct maps_scan *scan, const char *path)
 {
 	bool sticky_shared;
 
-	if (!folders_root_only(scan->pid, path, &sticky_shared)) {
+	if (!mappings_folders_root_only(scan->pid, path, strlen(path) - strlen(DELETED),
+					&sticky_shared)) {
 		if (!scan->exposed_ghost[0])
 			snprintf(scan->exposed_ghost, sizeof(scan->exposed_ghost), "%s", path);
 	} else if (sticky_shared && !scan->shared_ghost[0]) {
@@ -334,7 +333,7 @@ static int refuse_memfd_exe(const struct manifest_process *p, const char *exe,
  * before CRIU links it back and opens it by path: only these two keep what
  * its owner can put in its place harmless to root (stasis's CRIU checks the
  * same, patch 0008). */
-static bool links_protected(void)
+bool mappings_links_protected(void)
 {
 	return read_file_u64("/proc/sys/fs/protected_symlinks", 0) >= 1 &&
 	       read_file_u64("/proc/sys/fs/protected_hardlinks", 0) >= 1;
@@ -428,7 +427,7 @@ static int refuse_unsavable(const struct manifest_process *p, const struct maps_
 
 int mappings_link_remap_safe(struct stasis_error **err)
 {
-	if (links_protected())
+	if (mappings_links_protected())
 		return 0;
 	stasis_error_set(err, ENOTSUP, STASIS_DOMAIN_USAGE, 0,
 			 "CRIU's link-remap files lie in " SHM_DIR ", where another user could "
@@ -466,7 +465,7 @@ int mappings_check(const struct manifest *m, bool keeps_running, bool shm_remap_
 		}
 		if (scan.exposed_ghost[0])
 			return refuse_exposed_ghost(p, scan.exposed_ghost, err);
-		if (scan.shared_ghost[0] && !links_protected())
+		if (scan.shared_ghost[0] && !mappings_links_protected())
 			return refuse_shared_ghost(p, scan.shared_ghost, err);
 		if (scan.relinked[0])
 			return refuse_relinked(p, scan.relinked,

@@ -45,4 +45,14 @@ int mappings_refuse_running_checkpointed(pid_t pid, const char *comm, struct sta
  * user put a link to a file of root's in its place. */
 int mappings_link_remap_safe(struct stasis_error **err);
 
+/* Whether no user but root can change which folder the first len bytes of
+ * path (a path within pid's root) lead through: every folder root's, no
+ * link, on no FUSE mount, writable by a group or others only where sticky
+ * and world-writable; *sticky_shared where the last folder is such a
+ * shared one (then mappings_links_protected must hold too). */
+bool mappings_folders_root_only(pid_t pid, const char *path, size_t len, bool *sticky_shared);
+
+/* fs.protected_symlinks and fs.protected_hardlinks are both on. */
+bool mappings_links_protected(void);
+
 #endif

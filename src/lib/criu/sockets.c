@@ -2,11 +2,13 @@
 #include "sockets.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "mappings.h"
 #include "proc.h"
 #include "util.h"
 
@@ -84,8 +86,92 @@ static bool find_connected(pid_t pid, const char *table, const unsigned long *in
 	return false;
 }
 
+/* The path a unix socket of pid's is bound to, within pid's root, in
+ * path: CRIU's restore binds it again there as root, then chowns and
+ * chmods it by that path (sk-unix.c); a relative name is CRIU's from the
+ * process's folder. False where the socket has no path (an abstract name
+ * or none). */
+static bool bound_path(pid_t pid, const char *name, char *path, size_t size)
+{
+	char link[64], cwd[PATH_MAX];
+	ssize_t len;
+
+	if (name[0] == '/')
+		return (size_t)snprintf(path, size, "%s", name) < size;
+	if (name[0] == '@' || !name[0])
+		return false;
+	snprintf(link, sizeof(link), "/proc/%d/cwd", (int)pid);
+	len = readlink(link, cwd, sizeof(cwd) - 1);
+	if (len < 0)
+		return (size_t)snprintf(path, size, "?/%s", name) < size; /* fails the rule */
+	cwd[len] = '\0';
+	return (size_t)snprintf(path, size, "%s/%s", strcmp(cwd, "/") ? cwd : "", name) < size;
+}
+
+/* The first unix socket of pid's bound to a path whose folders a user
+ * other than root can change, or in a shared sticky folder while the
+ * kernel's link protection is off: its path in bad. */
+static bool find_exposed_unix(pid_t pid, const unsigned long *inodes, size_t n, char *bad,
+			      size_t size, bool *shared)
+{
+	char table[64], line[PATH_MAX + 128];
+	_cleanup_fclose_ FILE *f = NULL;
+
+	snprintf(table, sizeof(table), "/proc/%d/net/unix", (int)pid);
+	f = fopen(table, "re");
+	while (f && fgets(line, sizeof(line), f)) {
+		char name[PATH_MAX] = "";
+		unsigned long ino;
+		bool sticky_shared;
+
+		/* Num RefCount Protocol Flags Type St Inode [Path] */
+		if (sscanf(line, "%*s %*s %*s %*s %*s %*s %lu %4095[^\n]", &ino, name) < 1 ||
+		    !has_inode(inodes, n, ino) || !bound_path(pid, name, bad, size))
+			continue;
+		if (!mappings_folders_root_only(pid, bad, strlen(bad), &sticky_shared)) {
+			*shared = false;
+			return true;
+		}
+		if (sticky_shared && !mappings_links_protected()) {
+			*shared = true;
+			return true;
+		}
+	}
+	return false;
+}
+
+static int refuse_unix(const struct manifest_process *p, const char *path, bool shared,
+		       struct stasis_error **err)
+{
+	stasis_error_set(err, ENOTSUP, STASIS_DOMAIN_USAGE, 0,
+			 "PID %d (%s) holds a unix socket bound to %s, %s: at restore CRIU "
+			 "binds it again as root along that path, and chowns and chmods it",
+			 (int)p->pid, p->comm, path,
+			 shared ? "in a sticky folder while fs.protected_symlinks or "
+				  "fs.protected_hardlinks is off"
+				: "in a folder that a user other than root can change");
+	return stasis_error_hint(err,
+				 shared ? "nothing was changed; sysctl -w "
+					  "fs.protected_symlinks=1 fs.protected_hardlinks=1"
+					: "nothing was changed; bind it in a folder of root's or "
+					  "to an abstract name, or close it before the checkpoint "
+					  "(docs/SECURITY.md)");
+}
+
 int sockets_check(const struct manifest *m, struct stasis_error **err)
 {
+	for (size_t i = 0; i < m->nprocs; i++) {
+		const struct manifest_process *p = &m->procs[i];
+		_cleanup_free_ unsigned long *inodes = NULL;
+		char path[PATH_MAX + 2];
+		size_t n;
+		bool shared;
+
+		if (socket_inodes(p->pid, &inodes, &n) < 0 || !n)
+			continue;
+		if (find_exposed_unix(p->pid, inodes, n, path, sizeof(path), &shared))
+			return refuse_unix(p, path, shared, err);
+	}
 	if (m->options.tcp_established)
 		return 0;
 	for (size_t i = 0; i < m->nprocs; i++) {

@@ -1,16 +1,22 @@
 /* SPDX-License-Identifier: MIT */
-/* TCP connections CRIU refuses to save without --tcp-established, found
- * before anything changes: CRIU finds them only while it dumps, after the
- * GPU state was checkpointed, and the job then depends on the rollback. */
+/* Sockets CRIU cannot restore safely or at all, found before anything
+ * changes: TCP connections it refuses to save without --tcp-established
+ * (it finds them only while it dumps, after the GPU state was
+ * checkpointed, and the job then depends on the rollback), and unix
+ * sockets bound in folders other users can change. */
 #ifndef STASIS_SOCKETS_H
 #define STASIS_SOCKETS_H
 
 #include "error.h"
 #include "manifest.h"
 
-/* Unless m's options keep established connections, refuse a process of m
- * that holds a TCP socket connected or closing (CRIU's sk-inet.c refuses
- * those states), naming the process and the connection's ports. */
+/* Refuse a process of m that holds a unix socket bound to a path whose
+ * folders a user other than root can change (or in a shared sticky folder
+ * while the kernel's link protection is off): CRIU's restore binds, chowns
+ * and chmods it again as root along that path. Then, unless m's options
+ * keep established connections, one that holds a TCP socket connected or
+ * closing (CRIU's sk-inet.c refuses those states), naming the process and
+ * the connection's ports. */
 int sockets_check(const struct manifest *m, struct stasis_error **err);
 
 #endif
