@@ -199,8 +199,7 @@ static void check_protected_links(struct report *rep)
 		item(rep, OK, "protected-links", NULL,
 		     "fs.protected_symlinks and fs.protected_hardlinks on");
 	else
-		item(rep, WARNING, "protected-links",
-		     "sysctl -w fs.protected_symlinks=1 fs.protected_hardlinks=1",
+		item(rep, WARNING, "protected-links", LINKS_PROTECTION_ON,
 		     "a link protection is off: trees with Python's spawn multiprocessing "
 		     "are refused");
 }

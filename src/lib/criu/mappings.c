@@ -131,14 +131,13 @@ bool mappings_folders_root_only(pid_t pid, const char *path, size_t len, bool *s
 	/* From the file's folder up to the process's root. */
 	for (char *slash = strrchr(at + root_len, '/'); slash;
 	     slash = strrchr(at + root_len, '/')) {
+		struct statfs fs;
 		struct stat st;
 		bool others;
 
 		*slash = '\0';
 		if (slash == at + root_len)
 			break; /* the root itself, whose owner the process's mount decides */
-		struct statfs fs;
-
 		if (lstat(at, &st) < 0 || statfs(at, &fs) < 0)
 			return false;
 		others = st.st_mode & (S_IWGRP | S_IWOTH);
@@ -347,8 +346,7 @@ static int refuse_shared_ghost(const struct manifest_process *p, const char *pat
 			 "fs.protected_symlinks or fs.protected_hardlinks is off: at restore "
 			 "its owner could put a link in its place",
 			 (int)p->pid, p->comm, path);
-	return stasis_error_hint(err, "nothing was changed; sysctl -w fs.protected_symlinks=1 "
-				      "fs.protected_hardlinks=1");
+	return stasis_error_hint(err, "nothing was changed; " LINKS_PROTECTION_ON);
 }
 
 static int refuse_exposed_ghost(const struct manifest_process *p, const char *path,
@@ -433,8 +431,7 @@ int mappings_link_remap_safe(struct stasis_error **err)
 			 "CRIU's link-remap files lie in " SHM_DIR ", where another user could "
 			 "put a link in their place while fs.protected_symlinks or "
 			 "fs.protected_hardlinks is off");
-	return stasis_error_hint(err, "nothing was changed; sysctl -w fs.protected_symlinks=1 "
-				      "fs.protected_hardlinks=1");
+	return stasis_error_hint(err, "nothing was changed; " LINKS_PROTECTION_ON);
 }
 
 int mappings_check(const struct manifest *m, bool keeps_running, bool shm_remap_ok,

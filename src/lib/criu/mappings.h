@@ -55,4 +55,7 @@ bool mappings_folders_root_only(pid_t pid, const char *path, size_t len, bool *s
 /* fs.protected_symlinks and fs.protected_hardlinks are both on. */
 bool mappings_links_protected(void);
 
+/* What turns them on, for the refusals that need them. */
+#define LINKS_PROTECTION_ON "sysctl -w fs.protected_symlinks=1 fs.protected_hardlinks=1"
+
 #endif

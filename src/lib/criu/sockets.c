@@ -151,11 +151,22 @@ static int refuse_unix(const struct manifest_process *p, const char *path, bool 
 				  "fs.protected_hardlinks is off"
 				: "in a folder that a user other than root can change");
 	return stasis_error_hint(err,
-				 shared ? "nothing was changed; sysctl -w "
-					  "fs.protected_symlinks=1 fs.protected_hardlinks=1"
+				 shared ? "nothing was changed; " LINKS_PROTECTION_ON
 					: "nothing was changed; bind it in a folder of root's or "
 					  "to an abstract name, or close it before the checkpoint "
 					  "(docs/SECURITY.md)");
+}
+
+static int refuse_tcp(const struct manifest_process *p, unsigned int local, unsigned int remote,
+		      struct stasis_error **err)
+{
+	stasis_error_set(err, ENOTSUP, STASIS_DOMAIN_USAGE, 0,
+			 "PID %d (%s) holds a connected TCP socket (local port %u, remote "
+			 "port %u), which CRIU saves only with --tcp-established",
+			 (int)p->pid, p->comm, local, remote);
+	return stasis_error_hint(err, "checkpoint with --tcp-established to keep the "
+				      "connection (its peer must still be there at restore), "
+				      "or close it first");
 }
 
 int sockets_check(const struct manifest *m, struct stasis_error **err)
@@ -164,35 +175,19 @@ int sockets_check(const struct manifest *m, struct stasis_error **err)
 		const struct manifest_process *p = &m->procs[i];
 		_cleanup_free_ unsigned long *inodes = NULL;
 		char path[PATH_MAX + 2];
+		unsigned int local, remote;
 		size_t n;
 		bool shared;
 
+		/* Each process's descriptors read once, for both kinds. */
 		if (socket_inodes(p->pid, &inodes, &n) < 0 || !n)
 			continue;
 		if (find_exposed_unix(p->pid, inodes, n, path, sizeof(path), &shared))
 			return refuse_unix(p, path, shared, err);
-	}
-	if (m->options.tcp_established)
-		return 0;
-	for (size_t i = 0; i < m->nprocs; i++) {
-		const struct manifest_process *p = &m->procs[i];
-		_cleanup_free_ unsigned long *inodes = NULL;
-		unsigned int local, remote;
-		size_t n;
-
-		if (socket_inodes(p->pid, &inodes, &n) < 0 || !n)
-			continue;
-		if (!find_connected(p->pid, "tcp", inodes, n, &local, &remote) &&
-		    !find_connected(p->pid, "tcp6", inodes, n, &local, &remote))
-			continue;
-		stasis_error_set(err, ENOTSUP, STASIS_DOMAIN_USAGE, 0,
-				 "PID %d (%s) holds a connected TCP socket (local port %u, remote "
-				 "port %u), which CRIU saves only with --tcp-established",
-				 (int)p->pid, p->comm, local, remote);
-		return stasis_error_hint(err,
-					 "checkpoint with --tcp-established to keep the "
-					 "connection (its peer must still be there at restore), "
-					 "or close it first");
+		if (!m->options.tcp_established &&
+		    (find_connected(p->pid, "tcp", inodes, n, &local, &remote) ||
+		     find_connected(p->pid, "tcp6", inodes, n, &local, &remote)))
+			return refuse_tcp(p, local, remote, err);
 	}
 	return 0;
 }
