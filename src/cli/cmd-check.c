@@ -200,8 +200,9 @@ static void check_protected_links(struct report *rep)
 		     "fs.protected_symlinks and fs.protected_hardlinks on");
 	else
 		item(rep, WARNING, "protected-links", LINKS_PROTECTION_ON,
-		     "a link protection is off: trees with Python's spawn multiprocessing "
-		     "are refused");
+		     "a link protection is off: trees holding deleted files or unix sockets "
+		     "directly in /dev/shm or /tmp (Python's spawn multiprocessing, NCCL's "
+		     "buffers) are refused");
 }
 
 int cmd_check(int argc, char **argv)
