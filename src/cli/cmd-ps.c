@@ -13,6 +13,7 @@
 #include "cuda-api.h"
 #include "container.h"
 #include "devfiles.h"
+#include "mappings.h"
 #include "nccl.h"
 #include "nvml.h"
 #include "proc.h"
@@ -96,6 +97,9 @@ static bool describe(pid_t pid, const struct nvml_gpu *gpus, const struct nvml_p
 		snprintf(e->blockers, sizeof(e->blockers),
 			 "an NCCL rank started without %s=%s (start it with stasis run)",
 			 missing->name, missing->value);
+	else if (cuda && mappings_runs_jax(pid))
+		snprintf(e->blockers, sizeof(e->blockers),
+			 "runs JAX, which can crash while the driver checkpoints it");
 	return true;
 }
 

@@ -202,8 +202,7 @@ int checkpoint_preflight(struct manifest *m, struct gpu_batch *batch, const char
 	if (r == 0)
 		r = nvidia_refs_check(m, false, err);
 	if (r == 0)
-		r = mappings_check(m, keeps_running,
-				   same_machine && !keeps_running && !m->container.runtime,
+		r = mappings_check(m, same_machine && !keeps_running && !m->container.runtime,
 				   &m->options.link_remap, err);
 	if (r == 0)
 		r = nccl_ranks_check(m, err);

@@ -20,23 +20,25 @@
 #define JAX_RUNTIME_DIRS "/jaxlib/", "/jax_plugins/"
 
 /* Refuse, naming the process and the mapping, when a process of m has
- * one, when a CUDA process of m has an OpenCL context too, or when
- * processes of m share GPU memory through CUDA IPC; with keeps_running
- * (--leave-running), also a CUDA process that cannot run on while its GPU
- * state is checkpointed (mappings_refuse_running_checkpointed). A file
+ * one, when a CUDA process of m has an OpenCL context too or runs JAX, or
+ * when processes of m share GPU memory through CUDA IPC. A file
  * deleted while another name links it (a POSIX semaphore of Python's
  * spawn start method) is saved by CRIU's link-remap where it is in
  * /dev/shm and shm_remap_ok (the image restores on this machine from a
  * dump that ends the tree): *link_remap then says to ask CRIU for it. */
-int mappings_check(const struct manifest *m, bool keeps_running, bool shm_remap_ok,
-		   bool *link_remap, struct stasis_error **err);
+int mappings_check(const struct manifest *m, bool shm_remap_ok, bool *link_remap,
+		   struct stasis_error **err);
+
+/* Whether pid maps a library of JAX_RUNTIME_DIRS (refused by every
+ * checkpoint). */
+bool mappings_runs_jax(pid_t pid);
 
 /* Refuse a process that is to run on while its GPU state is checkpointed
- * (--leave-running, gpu suspend) when it runs JAX. Measured with JAX's
- * CUDA plugin and driver 580: such a process crashes in libcuda within
- * seconds and its GPU state cannot be restored any more, so the job would
- * be lost. A checkpoint that ends the process never lets it run so. Also
- * one that shares GPU memory through CUDA IPC, whose GPU restore fails. */
+ * (gpu suspend) when it runs JAX. Measured with JAX's CUDA plugin and
+ * driver 580: such a process crashes in libcuda within seconds and its GPU
+ * state cannot be restored any more, so the job would be lost; the GPU
+ * checkpoint of a checkpoint that ends it was seen to end it too. Also one
+ * that shares GPU memory through CUDA IPC, whose GPU restore fails. */
 int mappings_refuse_running_checkpointed(pid_t pid, const char *comm, struct stasis_error **err);
 
 /* CRIU's link-remap leaves a name of the workload's user's in /dev/shm
