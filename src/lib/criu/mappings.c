@@ -54,8 +54,6 @@ struct maps_scan {
 	char memfd_exe[256];	 /* the program, where it runs from a memfd */
 };
 
-#define DELETED " (deleted)"
-
 /* SHM_DIR is the one folder whose relinked files CRIU may save, by its
  * link-remap: CRIU makes a hard link of the file at the dump, and at the
  * restore links the old name again and removes both. Only in a folder of

@@ -13,6 +13,10 @@
 #include "error.h"
 #include "manifest.h"
 
+/* What the kernel appends to the name of a file unlinked since it was
+ * opened, in /proc's links and maps. */
+#define DELETED " (deleted)"
+
 /* NVIDIA's OpenCL driver, as its file name begins. */
 #define OPENCL_DRIVER "libnvidia-opencl.so"
 

@@ -2,6 +2,12 @@
 #include "sockets.h"
 
 #include <errno.h>
+#include <linux/sockios.h>
+#include <stddef.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,39 +18,44 @@
 #include "proc.h"
 #include "util.h"
 
-struct inodes {
+/* linux/un.h's, which cannot be included beside sys/un.h. */
+#ifndef SIOCUNIXFILE
+#define SIOCUNIXFILE (SIOCPROTOPRIVATE + 0)
+#endif
+
+/* pid's socket descriptors: their numbers and inodes. */
+struct socket_fds {
+	int *fds;
 	unsigned long *inodes;
-	size_t n, cap;
+	size_t n, cap_fds, cap_inodes;
 };
 
-static int add_socket_inode(int dirfd, const char *fd, const char *target, void *ctx)
+static int add_socket_fd(int dirfd, const char *fd, const char *target, void *ctx)
 {
-	struct inodes *set = ctx;
-	unsigned long ino, *bigger;
+	struct socket_fds *set = ctx;
+	unsigned long ino;
+	int *fds;
+	unsigned long *inodes;
 
 	if (sscanf(target, "socket:[%lu]", &ino) != 1)
 		return 0;
-	bigger = grow_array(set->inodes, set->n, &set->cap, sizeof(*bigger), 16);
-	if (!bigger)
+	fds = grow_array(set->fds, set->n, &set->cap_fds, sizeof(*fds), 16);
+	if (fds)
+		set->fds = fds;
+	inodes = grow_array(set->inodes, set->n, &set->cap_inodes, sizeof(*inodes), 16);
+	if (inodes)
+		set->inodes = inodes;
+	if (!fds || !inodes)
 		return -ENOMEM;
-	set->inodes = bigger;
+	set->fds[set->n] = atoi(fd);
 	set->inodes[set->n++] = ino;
 	return 0;
 }
 
-/* The socket inodes among pid's descriptors; the caller frees them. */
-static int socket_inodes(pid_t pid, unsigned long **out, size_t *n)
+static void socket_fds_free(struct socket_fds *set)
 {
-	struct inodes set = {0};
-	int r = proc_each_fd(pid, add_socket_inode, &set);
-
-	if (r < 0) {
-		free(set.inodes);
-		return r;
-	}
-	*out = set.inodes;
-	*n = set.n;
-	return 0;
+	free(set->fds);
+	free(set->inodes);
 }
 
 /* The TCP states CRIU saves only with --tcp-established (include/net/tcp_states.h):
@@ -86,58 +97,123 @@ static bool find_connected(pid_t pid, const char *table, const unsigned long *in
 	return false;
 }
 
-/* The path a unix socket of pid's is bound to, within pid's root, in
- * path: CRIU's restore binds it again there as root, then chowns and
- * chmods it by that path (sk-unix.c); a relative name is CRIU's from the
- * process's folder. False where the socket has no path (an abstract name
- * or none). */
-static bool bound_path(pid_t pid, const char *name, char *path, size_t size)
-{
-	char link[64], cwd[PATH_MAX];
-	ssize_t len;
+/* Where CRIU's restore binds a unix socket of pid's again, as root, then
+ * chowns and chmods it by that path (sk-unix.c): the name it was bound to
+ * within pid's root, and for a relative name the folder its file is in
+ * (CRIU finds it so, with SIOCUNIXFILE). Both from the socket itself, not
+ * /proc/PID/net/unix, whose lines cannot tell an abstract name from one
+ * that begins with '@' and are split by a newline in a name. */
+struct unix_name {
+	char name[sizeof(((struct sockaddr_un *)0)->sun_path) + 1]; /* as bound */
+	char file[PATH_MAX]; /* its file's path as this process sees it */
+};
 
-	if (name[0] == '/')
-		return (size_t)snprintf(path, size, "%s", name) < size;
-	if (name[0] == '@' || !name[0])
-		return false;
-	snprintf(link, sizeof(link), "/proc/%d/cwd", (int)pid);
-	len = readlink(link, cwd, sizeof(cwd) - 1);
-	if (len < 0)
-		return (size_t)snprintf(path, size, "?/%s", name) < size; /* fails the rule */
-	cwd[len] = '\0';
-	return (size_t)snprintf(path, size, "%s/%s", strcmp(cwd, "/") ? cwd : "", name) < size;
+/* 1 with u filled where the socket sk (a copy of pid's) is a unix socket
+ * bound to a path, 0 where it is not, -errno where its file cannot be
+ * found. */
+static int unix_bound_name(int sk, struct unix_name *u)
+{
+	struct sockaddr_un sun;
+	socklen_t len = sizeof(sun);
+	int domain, file;
+	socklen_t dlen = sizeof(domain);
+	char link[64];
+	ssize_t n;
+
+	if (getsockopt(sk, SOL_SOCKET, SO_DOMAIN, &domain, &dlen) < 0 || domain != AF_UNIX)
+		return 0;
+	if (getsockname(sk, (struct sockaddr *)&sun, &len) < 0)
+		return -errno;
+	/* Unnamed, or abstract (a name in no file system). */
+	if (len <= offsetof(struct sockaddr_un, sun_path) || sun.sun_path[0] == '\0')
+		return 0;
+	len -= offsetof(struct sockaddr_un, sun_path);
+	memcpy(u->name, sun.sun_path, len);
+	u->name[len] = '\0'; /* the kernel may count a NUL of its own */
+	file = ioctl(sk, SIOCUNIXFILE);
+	if (file < 0)
+		return -errno;
+	snprintf(link, sizeof(link), "/proc/self/fd/%d", file);
+	n = readlink(link, u->file, sizeof(u->file) - 1);
+	close(file);
+	if (n < 0)
+		return -errno;
+	u->file[n] = '\0';
+	/* A file unlinked since: CRIU binds it again in the same folder. */
+	if ((size_t)n > strlen(DELETED) && strcmp(u->file + n - strlen(DELETED), DELETED) == 0)
+		u->file[n - strlen(DELETED)] = '\0';
+	return 1;
 }
 
-/* The first unix socket of pid's bound to a path whose folders a user
- * other than root can change, or in a shared sticky folder while the
- * kernel's link protection is off: its path in bad. */
-static bool find_exposed_unix(pid_t pid, const unsigned long *inodes, size_t n, char *bad,
-			      size_t size, bool *shared)
+/* Whether the folders of path (within pid's root) break the rule of
+ * mappings_folders_root_only; shared says a sticky folder shared by all
+ * holds it while the link protection is off. */
+static bool folders_exposed(pid_t pid, const char *path, bool *shared)
 {
-	char table[64], line[PATH_MAX + 128];
-	_cleanup_fclose_ FILE *f = NULL;
+	bool sticky_shared;
 
-	snprintf(table, sizeof(table), "/proc/%d/net/unix", (int)pid);
-	f = fopen(table, "re");
-	while (f && fgets(line, sizeof(line), f)) {
-		char name[PATH_MAX] = "";
-		unsigned long ino;
-		bool sticky_shared;
+	if (!mappings_folders_root_only(pid, path, strlen(path), &sticky_shared)) {
+		*shared = false;
+		return true;
+	}
+	*shared = sticky_shared && !mappings_links_protected();
+	return *shared;
+}
 
-		/* Num RefCount Protocol Flags Type St Inode [Path] */
-		if (sscanf(line, "%*s %*s %*s %*s %*s %*s %lu %4095[^\n]", &ino, name) < 1 ||
-		    !has_inode(inodes, n, ino) || !bound_path(pid, name, bad, size))
-			continue;
-		if (!mappings_folders_root_only(pid, bad, strlen(bad), &sticky_shared)) {
-			*shared = false;
-			return true;
+/* Copy src into dst with its control characters as '?': a name can hold
+ * a newline, and an error is one line. */
+static void printable(char *dst, size_t size, const char *src)
+{
+	size_t i = 0;
+
+	for (; src[i] && i + 1 < size; i++)
+		dst[i] = (unsigned char)src[i] < 0x20 || src[i] == 0x7f ? '?' : src[i];
+	dst[i] = '\0';
+}
+
+/* The first unix socket of pid's (among fds) bound to a path whose folders
+ * a user other than root can change, or in a shared sticky folder while
+ * the kernel's link protection is off: its path in bad. -errno, with bad
+ * saying what, where a socket cannot be looked at: then nobody can say it
+ * is safe. */
+static int find_exposed_unix(pid_t pid, const struct socket_fds *set, char *bad, size_t size,
+			     bool *shared)
+{
+	_cleanup_close_ int pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+
+	if (pidfd < 0) {
+		int e = errno;
+
+		snprintf(bad, size, "(its descriptors cannot be read: %s)", strerror(e));
+		return -e;
+	}
+	for (size_t i = 0; i < set->n; i++) {
+		_cleanup_close_ int sk = (int)syscall(SYS_pidfd_getfd, pidfd, set->fds[i], 0);
+		struct unix_name u;
+		int r;
+
+		if (sk < 0 && errno == EBADF)
+			continue; /* closed since */
+		r = sk < 0 ? -errno : unix_bound_name(sk, &u);
+		if (r < 0) {
+			snprintf(bad, size, "(descriptor %d cannot be looked at: %s)", set->fds[i],
+				 strerror(-r));
+			return r;
 		}
-		if (sticky_shared && !mappings_links_protected()) {
-			*shared = true;
-			return true;
+		if (r == 0)
+			continue;
+		/* The name as bound, within pid's root, and the folder its file is
+		 * really in (a relative name's, or a link's target). */
+		if (u.name[0] == '/' && folders_exposed(pid, u.name, shared)) {
+			printable(bad, size, u.name);
+			return 1;
+		}
+		if (folders_exposed(getpid(), u.file, shared)) {
+			printable(bad, size, u.file);
+			return 1;
 		}
 	}
-	return false;
+	return 0;
 }
 
 static int refuse_unix(const struct manifest_process *p, const char *path, bool shared,
@@ -157,6 +233,15 @@ static int refuse_unix(const struct manifest_process *p, const char *path, bool 
 					  "(docs/SECURITY.md)");
 }
 
+static int refuse_unlooked(const struct manifest_process *p, const char *why, int r,
+			   struct stasis_error **err)
+{
+	stasis_error_set(err, -r, STASIS_DOMAIN_SYSTEM, -r,
+			 "the unix sockets of PID %d (%s) cannot be checked %s", (int)p->pid,
+			 p->comm, why);
+	return stasis_error_hint(err, "nothing was changed");
+}
+
 static int refuse_tcp(const struct manifest_process *p, unsigned int local, unsigned int remote,
 		      struct stasis_error **err)
 {
@@ -173,20 +258,29 @@ int sockets_check(const struct manifest *m, struct stasis_error **err)
 {
 	for (size_t i = 0; i < m->nprocs; i++) {
 		const struct manifest_process *p = &m->procs[i];
-		_cleanup_free_ unsigned long *inodes = NULL;
-		char path[PATH_MAX + 2];
+		struct socket_fds set = {0};
+		char path[PATH_MAX];
 		unsigned int local, remote;
-		size_t n;
-		bool shared;
+		bool shared = false;
+		int r;
 
 		/* Each process's descriptors read once, for both kinds. */
-		if (socket_inodes(p->pid, &inodes, &n) < 0 || !n)
-			continue;
-		if (find_exposed_unix(p->pid, inodes, n, path, sizeof(path), &shared))
+		r = proc_each_fd(p->pid, add_socket_fd, &set);
+		if (r < 0) {
+			socket_fds_free(&set);
+			return refuse_unlooked(p, "(out of memory)", r, err);
+		}
+		r = set.n ? find_exposed_unix(p->pid, &set, path, sizeof(path), &shared) : 0;
+		if (r == 0 && !m->options.tcp_established &&
+		    (find_connected(p->pid, "tcp", set.inodes, set.n, &local, &remote) ||
+		     find_connected(p->pid, "tcp6", set.inodes, set.n, &local, &remote)))
+			r = 2;
+		socket_fds_free(&set);
+		if (r < 0)
+			return refuse_unlooked(p, path, r, err);
+		if (r == 1)
 			return refuse_unix(p, path, shared, err);
-		if (!m->options.tcp_established &&
-		    (find_connected(p->pid, "tcp", inodes, n, &local, &remote) ||
-		     find_connected(p->pid, "tcp6", inodes, n, &local, &remote)))
+		if (r == 2)
 			return refuse_tcp(p, local, remote, err);
 	}
 	return 0;
