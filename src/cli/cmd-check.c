@@ -201,8 +201,8 @@ static void check_protected_links(struct report *rep)
 	else
 		item(rep, WARNING, "protected-links", LINKS_PROTECTION_ON,
 		     "a link protection is off: trees holding deleted files or unix sockets "
-		     "directly in /dev/shm or /tmp (Python's spawn multiprocessing, NCCL's "
-		     "buffers) are refused");
+		     "directly in a sticky folder shared by all (/dev/shm, /tmp; Python's "
+		     "spawn multiprocessing, NCCL's buffers) are refused");
 }
 
 int cmd_check(int argc, char **argv)

@@ -219,18 +219,23 @@ static int run_parallel(struct gpu_batch *batch, enum gpu_step step, struct stas
 	return 0;
 }
 
-/* Whether a process's lock failed by timing out (the driver says "not
- * ready" when its own wait ends). */
+/* Whether the lock failed only by timing out (the driver says "not ready"
+ * when its own wait ends): a process that failed for another reason would
+ * fail the next try too. */
 static bool lock_timed_out(const struct gpu_batch *batch)
 {
+	bool timed_out = false;
+
 	for (size_t i = 0; i < batch->n; i++) {
 		const struct gpu_process *p = &batch->procs[i];
 
-		if (p->failed_step &&
-		    (p->result == CUDA_RES_TIMEOUT || p->result == CUDA_RES_NOT_READY))
-			return true;
+		if (!p->failed_step)
+			continue;
+		if (p->result != CUDA_RES_TIMEOUT && p->result != CUDA_RES_NOT_READY)
+			return false;
+		timed_out = true;
 	}
-	return false;
+	return timed_out;
 }
 
 static int lock_tries(struct gpu_batch *batch, struct stasis_error **err)
@@ -242,8 +247,9 @@ static int lock_tries(struct gpu_batch *batch, struct stasis_error **err)
 		if (r == 0 || round >= batch->lock_rounds || !lock_timed_out(batch))
 			return r;
 		/* Every lock taken is given back before the next round; one
-		 * that cannot be ends the tries. */
-		if (gpu_rollback(batch, err) > 0)
+		 * that cannot be (or a rollback that could not run) ends the
+		 * tries. */
+		if (gpu_rollback(batch, err) != 0)
 			return r;
 		stasis_error_free(*err);
 		*err = NULL;

@@ -21,7 +21,7 @@ static const struct nccl_setting settings[] = {
      "checkpoint",
      true},
     {"NCCL_CUMEM_HOST_ENABLE", "0",
-     "NCCL's shared host buffers then come from the driver (cuMem), not /dev/shm: "
+     "without it NCCL's shared host buffers come from the driver (cuMem), not /dev/shm: "
      "reported to hang restores, and not the configuration measured to restore",
      true},
     {"USE_LIBUV", "0", "PyTorch's TCPStore on libuv maps an io_uring ring, which CRIU cannot save",
