@@ -108,6 +108,55 @@ static bool deleted_unlinked(int dirfd, const char *entry, const char *path, dev
 	       st.st_dev != shmem_dev;
 }
 
+/* Undo mountinfo's octal escapes (a space is "\040") in place. */
+static void unescape_octal(char *s)
+{
+	char *out = s;
+
+	for (; *s; s++, out++) {
+		if (s[0] == '\\' && s[1] >= '0' && s[1] <= '3' && s[2] >= '0' && s[2] <= '7' &&
+		    s[3] >= '0' && s[3] <= '7') {
+			*out = (char)((s[1] - '0') * 64 + (s[2] - '0') * 8 + (s[3] - '0'));
+			s += 3;
+		} else {
+			*out = *s;
+		}
+	}
+	*out = '\0';
+}
+
+/* Whether a FUSE mount (in pid's /proc/PID/mountinfo, whose mount points
+ * are within pid's root) is at path or one of its folders: a stat there
+ * asks the mount's daemon, which a user runs and can leave unanswered,
+ * holding stasis for ever. Read before any stat of the path; where the
+ * table cannot be read, as though one were. */
+static bool path_crosses_fuse(pid_t pid, const char *path, size_t len)
+{
+	char name[64], line[2 * PATH_MAX];
+	_cleanup_fclose_ FILE *f = NULL;
+
+	snprintf(name, sizeof(name), "/proc/%d/mountinfo", (int)pid);
+	f = fopen(name, "re");
+	if (!f)
+		return true;
+	while (fgets(line, sizeof(line), f)) {
+		char point[PATH_MAX], type[64];
+		const char *sep = strstr(line, " - ");
+		size_t n;
+
+		/* ID PARENT MAJ:MIN ROOT POINT OPTIONS [TAGS...] - TYPE SOURCE OPTIONS */
+		if (!sep || sscanf(line, "%*s %*s %*s %*s %4095s", point) != 1 ||
+		    sscanf(sep + 3, "%63s", type) != 1 || strncmp(type, "fuse", 4) != 0)
+			continue;
+		unescape_octal(point);
+		n = strlen(point);
+		if (strcmp(point, "/") == 0 ||
+		    (n <= len && memcmp(path, point, n) == 0 && (n == len || path[n] == '/')))
+			return true;
+	}
+	return false;
+}
+
 /* The rule for each folder, from the last up to pid's root: root's, not a
  * link, on no FUSE mount (whose owner says what its folders are), and
  * writable by a group (an ACL's mask shows there too) or others only where
@@ -122,7 +171,8 @@ bool mappings_folders_root_only(pid_t pid, const char *path, size_t len, bool *s
 	bool own = true; /* the file's own folder */
 
 	*sticky_shared = false;
-	if (root_len < 0 || (size_t)root_len + len >= sizeof(at))
+	if (root_len < 0 || (size_t)root_len + len >= sizeof(at) ||
+	    path_crosses_fuse(pid, path, len))
 		return false;
 	memcpy(at + root_len, path, len);
 	at[root_len + len] = '\0';

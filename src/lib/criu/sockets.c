@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
 #include <limits.h>
@@ -106,6 +107,7 @@ static bool find_connected(pid_t pid, const char *table, const unsigned long *in
 struct unix_name {
 	char name[sizeof(((struct sockaddr_un *)0)->sun_path) + 1]; /* as bound */
 	char file[PATH_MAX]; /* its file's path as this process sees it */
+	struct stat st;	     /* its file's */
 };
 
 /* 1 with u filled where the socket sk (a copy of pid's) is a unix socket
@@ -127,17 +129,21 @@ static int unix_bound_name(int sk, struct unix_name *u)
 	/* Unnamed, or abstract (a name in no file system). */
 	if (len <= offsetof(struct sockaddr_un, sun_path) || sun.sun_path[0] == '\0')
 		return 0;
-	len -= offsetof(struct sockaddr_un, sun_path);
+	/* A name of the whole sun_path is given a length one past it (the
+	 * kernel counts the NUL it adds), of which only sizeof(sun) came. */
+	len = (len < sizeof(sun) ? len : sizeof(sun)) - offsetof(struct sockaddr_un, sun_path);
 	memcpy(u->name, sun.sun_path, len);
-	u->name[len] = '\0'; /* the kernel may count a NUL of its own */
+	u->name[len] = '\0';
 	file = ioctl(sk, SIOCUNIXFILE);
 	if (file < 0)
 		return -errno;
 	snprintf(link, sizeof(link), "/proc/self/fd/%d", file);
-	n = readlink(link, u->file, sizeof(u->file) - 1);
+	n = fstat(file, &u->st) < 0 ? -1 : readlink(link, u->file, sizeof(u->file) - 1);
+	if (n < 0)
+		n = -errno;
 	close(file);
 	if (n < 0)
-		return -errno;
+		return (int)n;
 	u->file[n] = '\0';
 	/* A file unlinked since: CRIU binds it again in the same folder. */
 	if ((size_t)n > strlen(DELETED) && strcmp(u->file + n - strlen(DELETED), DELETED) == 0)
@@ -171,15 +177,49 @@ static void printable(char *dst, size_t size, const char *src)
 	dst[i] = '\0';
 }
 
-/* The first unix socket of pid's (among fds) bound to a path whose folders
- * a user other than root can change, or in a shared sticky folder while
- * the kernel's link protection is off: its path in bad. -errno, with bad
- * saying what, where a socket cannot be looked at: then nobody can say it
- * is safe. */
+/* The process whose /proc/PID/root is the root CRIU binds pid's sockets
+ * again in: its mount namespace's, for CRIU binds before it chroots a task.
+ * This process where pid shares stasis's mount namespace (a chroot then
+ * does not count), pid (a container's root) where not. */
+static pid_t bind_root(pid_t pid)
+{
+	char link[64];
+	struct stat mine, its;
+
+	snprintf(link, sizeof(link), "/proc/%d/ns/mnt", (int)pid);
+	if (stat("/proc/self/ns/mnt", &mine) == 0 && stat(link, &its) == 0 &&
+	    mine.st_dev == its.st_dev && mine.st_ino == its.st_ino)
+		return getpid();
+	return pid;
+}
+
+/* Whether path, within root's /proc/PID/root, is the socket's own file:
+ * otherwise CRIU's bind by that path would unlink and take what is there
+ * now (another socket, one a user's mount hides the real folder of). */
+static bool names_file(pid_t root, const char *path, const struct stat *file)
+{
+	char at[PATH_MAX + 32];
+	struct stat st;
+
+	if ((size_t)snprintf(at, sizeof(at), "/proc/%d/root%s", (int)root, path) >= sizeof(at))
+		return false;
+	return lstat(at, &st) == 0 && S_ISSOCK(st.st_mode) && st.st_dev == file->st_dev &&
+	       st.st_ino == file->st_ino;
+}
+
+enum unix_finding { UNIX_SAFE, UNIX_EXPOSED, UNIX_ELSEWHERE };
+
+/* The first unix socket of pid's (among fds) that CRIU's restore would bind
+ * where it must not: in folders a user other than root can change (or in a
+ * shared sticky folder while the kernel's link protection is off), or at a
+ * name that no longer leads to the socket's file. Its path in bad. -errno,
+ * with bad saying what, where a socket cannot be looked at: then nobody
+ * can say it is safe. */
 static int find_exposed_unix(pid_t pid, const struct socket_fds *set, char *bad, size_t size,
 			     bool *shared)
 {
 	_cleanup_close_ int pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+	pid_t root = bind_root(pid);
 
 	if (pidfd < 0) {
 		int e = errno;
@@ -190,6 +230,7 @@ static int find_exposed_unix(pid_t pid, const struct socket_fds *set, char *bad,
 	for (size_t i = 0; i < set->n; i++) {
 		_cleanup_close_ int sk = (int)syscall(SYS_pidfd_getfd, pidfd, set->fds[i], 0);
 		struct unix_name u;
+		const char *where;
 		int r;
 
 		if (sk < 0 && errno == EBADF)
@@ -202,18 +243,17 @@ static int find_exposed_unix(pid_t pid, const struct socket_fds *set, char *bad,
 		}
 		if (r == 0)
 			continue;
-		/* The name as bound, within pid's root, and the folder its file is
-		 * really in (a relative name's, or a link's target). */
-		if (u.name[0] == '/' && folders_exposed(pid, u.name, shared)) {
-			printable(bad, size, u.name);
-			return 1;
-		}
-		if (folders_exposed(getpid(), u.file, shared)) {
-			printable(bad, size, u.file);
-			return 1;
-		}
+		/* Where CRIU binds it: the name as bound, or a relative name in
+		 * the folder its file is in. The folders first: a stat of the
+		 * file itself could reach a FUSE mount. */
+		where = u.name[0] == '/' ? u.name : u.file;
+		printable(bad, size, where);
+		if (folders_exposed(root, where, shared))
+			return UNIX_EXPOSED;
+		if (!names_file(root, where, &u.st))
+			return UNIX_ELSEWHERE;
 	}
-	return 0;
+	return UNIX_SAFE;
 }
 
 static int refuse_unix(const struct manifest_process *p, const char *path, bool shared,
@@ -231,6 +271,18 @@ static int refuse_unix(const struct manifest_process *p, const char *path, bool 
 					: "nothing was changed; bind it in a folder of root's or "
 					  "to an abstract name, or close it before the checkpoint "
 					  "(docs/SECURITY.md)");
+}
+
+static int refuse_elsewhere(const struct manifest_process *p, const char *path,
+			    struct stasis_error **err)
+{
+	stasis_error_set(err, ENOTSUP, STASIS_DOMAIN_USAGE, 0,
+			 "PID %d (%s) holds a unix socket bound to %s, a name that no longer "
+			 "leads to it (unlinked, moved, or in a mount of another namespace): at "
+			 "restore CRIU binds it again as root at that name, over what is there",
+			 (int)p->pid, p->comm, path);
+	return stasis_error_hint(err, "nothing was changed; close the socket, or bind it "
+				      "again, before the checkpoint");
 }
 
 static int refuse_unlooked(const struct manifest_process *p, const char *why, int r,
@@ -261,7 +313,7 @@ int sockets_check(const struct manifest *m, struct stasis_error **err)
 		struct socket_fds set = {0};
 		char path[PATH_MAX];
 		unsigned int local, remote;
-		bool shared = false;
+		bool shared = false, connected = false;
 		int r;
 
 		/* Each process's descriptors read once, for both kinds. */
@@ -270,17 +322,20 @@ int sockets_check(const struct manifest *m, struct stasis_error **err)
 			socket_fds_free(&set);
 			return refuse_unlooked(p, "(out of memory)", r, err);
 		}
-		r = set.n ? find_exposed_unix(p->pid, &set, path, sizeof(path), &shared) : 0;
-		if (r == 0 && !m->options.tcp_established &&
-		    (find_connected(p->pid, "tcp", set.inodes, set.n, &local, &remote) ||
-		     find_connected(p->pid, "tcp6", set.inodes, set.n, &local, &remote)))
-			r = 2;
+		r = set.n ? find_exposed_unix(p->pid, &set, path, sizeof(path), &shared)
+			  : UNIX_SAFE;
+		if (r == UNIX_SAFE && !m->options.tcp_established)
+			connected =
+			    find_connected(p->pid, "tcp", set.inodes, set.n, &local, &remote) ||
+			    find_connected(p->pid, "tcp6", set.inodes, set.n, &local, &remote);
 		socket_fds_free(&set);
 		if (r < 0)
 			return refuse_unlooked(p, path, r, err);
-		if (r == 1)
+		if (r == UNIX_EXPOSED)
 			return refuse_unix(p, path, shared, err);
-		if (r == 2)
+		if (r == UNIX_ELSEWHERE)
+			return refuse_elsewhere(p, path, err);
+		if (connected)
 			return refuse_tcp(p, local, remote, err);
 	}
 	return 0;
