@@ -132,21 +132,35 @@ static void unescape_octal(char *s)
  * table cannot be read, as though one were. */
 static bool path_crosses_fuse(pid_t pid, const char *path, size_t len)
 {
-	char name[64], line[2 * PATH_MAX];
+	char name[64];
 	_cleanup_fclose_ FILE *f = NULL;
+	_cleanup_free_ char *line = NULL;
+	size_t cap = 0;
 
 	snprintf(name, sizeof(name), "/proc/%d/mountinfo", (int)pid);
 	f = fopen(name, "re");
 	if (!f)
 		return true;
-	while (fgets(line, sizeof(line), f)) {
-		char point[PATH_MAX], type[64];
-		const char *sep = strstr(line, " - ");
+	/* Whole lines, however long: a point cut short would match nothing. */
+	while (getline(&line, &cap, f) > 0) {
+		char *save = NULL, *point = NULL, *type = NULL, *field;
+		bool after_tags = false;
 		size_t n;
 
-		/* ID PARENT MAJ:MIN ROOT POINT OPTIONS [TAGS...] - TYPE SOURCE OPTIONS */
-		if (!sep || sscanf(line, "%*s %*s %*s %*s %4095s", point) != 1 ||
-		    sscanf(sep + 3, "%63s", type) != 1 || strncmp(type, "fuse", 4) != 0)
+		/* ID PARENT MAJ:MIN ROOT POINT OPTIONS [TAGS...] - TYPE SOURCE OPTIONS:
+		 * fields split by spaces, a space within one escaped. */
+		field = strtok_r(line, " \n", &save);
+		for (int k = 1; field && !type; k++, field = strtok_r(NULL, " \n", &save)) {
+			if (k == 5)
+				point = field;
+			else if (after_tags)
+				type = field;
+			else if (k > 6 && strcmp(field, "-") == 0)
+				after_tags = true;
+		}
+		if (!point || !type)
+			return true; /* a line not understood: as though FUSE */
+		if (strncmp(type, "fuse", 4) != 0)
 			continue;
 		unescape_octal(point);
 		n = strlen(point);

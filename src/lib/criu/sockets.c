@@ -2,8 +2,10 @@
 #include "sockets.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <linux/sockios.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -110,6 +112,21 @@ struct unix_name {
 	struct stat st;	     /* its file's */
 };
 
+/* Whether sk is a stream or seqpacket socket with a peer: CRIU's restore
+ * never binds those again (bind_unix_sk), though an accepted one carries
+ * its listener's name, which may be gone since. */
+static bool connected_stream(int sk)
+{
+	struct sockaddr_un peer;
+	socklen_t len = sizeof(peer);
+	int type;
+	socklen_t tlen = sizeof(type);
+
+	return getsockopt(sk, SOL_SOCKET, SO_TYPE, &type, &tlen) == 0 &&
+	       (type == SOCK_STREAM || type == SOCK_SEQPACKET) &&
+	       getpeername(sk, (struct sockaddr *)&peer, &len) == 0;
+}
+
 /* 1 with u filled where the socket sk (a copy of pid's) is a unix socket
  * bound to a path, 0 where it is not, -errno where its file cannot be
  * found. */
@@ -123,6 +140,8 @@ static int unix_bound_name(int sk, struct unix_name *u)
 	ssize_t n;
 
 	if (getsockopt(sk, SOL_SOCKET, SO_DOMAIN, &domain, &dlen) < 0 || domain != AF_UNIX)
+		return 0;
+	if (connected_stream(sk))
 		return 0;
 	if (getsockname(sk, (struct sockaddr *)&sun, &len) < 0)
 		return -errno;
@@ -193,18 +212,39 @@ static pid_t bind_root(pid_t pid)
 	return pid;
 }
 
-/* Whether path, within root's /proc/PID/root, is the socket's own file:
- * otherwise CRIU's bind by that path would unlink and take what is there
- * now (another socket, one a user's mount hides the real folder of). */
+/* The mount a path is on (statx's STATX_MNT_ID), or 0 where unknown. */
+static uint64_t mount_id(const char *path)
+{
+	struct statx stx;
+
+	if (statx(AT_FDCWD, path, AT_SYMLINK_NOFOLLOW, STATX_MNT_ID, &stx) < 0 ||
+	    !(stx.stx_mask & STATX_MNT_ID))
+		return 0;
+	return stx.stx_mnt_id;
+}
+
+/* Whether path, within root's /proc/PID/root, is the socket's own file,
+ * on its folder's mount: otherwise CRIU's bind by that path would unlink
+ * and take what is there now (another socket, one a user's mount hides
+ * the real folder of, the socket itself mounted over a name of root's). */
 static bool names_file(pid_t root, const char *path, const struct stat *file)
 {
 	char at[PATH_MAX + 32];
+	int prefix = snprintf(at, sizeof(at), "/proc/%d/root", (int)root);
 	struct stat st;
+	uint64_t id;
+	char *slash;
 
-	if ((size_t)snprintf(at, sizeof(at), "/proc/%d/root%s", (int)root, path) >= sizeof(at))
+	if ((size_t)snprintf(at + prefix, sizeof(at) - prefix, "%s", path) >= sizeof(at) - prefix)
 		return false;
-	return lstat(at, &st) == 0 && S_ISSOCK(st.st_mode) && st.st_dev == file->st_dev &&
-	       st.st_ino == file->st_ino;
+	if (lstat(at, &st) < 0 || !S_ISSOCK(st.st_mode) || st.st_dev != file->st_dev ||
+	    st.st_ino != file->st_ino)
+		return false;
+	id = mount_id(at);
+	/* Its folder; the root as "/proc/PID/root/", the link followed. */
+	slash = strrchr(at, '/');
+	slash[slash == at + prefix ? 1 : 0] = '\0';
+	return id != 0 && id == mount_id(at);
 }
 
 enum unix_finding { UNIX_SAFE, UNIX_EXPOSED, UNIX_ELSEWHERE };
