@@ -171,6 +171,27 @@ static bool path_crosses_fuse(pid_t pid, const char *path, size_t len)
 	return false;
 }
 
+/* Whether path is absolute with no empty, "." or ".." part: the mount
+ * table's points are, and "a//b" or "a/./b" would not match them (the
+ * kernel's names are so; a socket's name is what its binder wrote). */
+bool mappings_path_canonical(const char *path, size_t len)
+{
+	if (len == 0 || path[0] != '/')
+		return false;
+	for (size_t i = 0; i < len;) {
+		size_t end = i + 1, n;
+
+		while (end < len && path[end] != '/')
+			end++;
+		n = end - i - 1; /* the part between path[i] == '/' and end */
+		if ((n == 0 && len > 1) || (n == 1 && path[i + 1] == '.') ||
+		    (n == 2 && path[i + 1] == '.' && path[i + 2] == '.'))
+			return false;
+		i = end;
+	}
+	return true;
+}
+
 /* The rule for each folder, from the last up to pid's root: root's, not a
  * link, on no FUSE mount (whose owner says what its folders are), and
  * writable by a group (an ACL's mask shows there too) or others only where
@@ -186,7 +207,7 @@ bool mappings_folders_root_only(pid_t pid, const char *path, size_t len, bool *s
 
 	*sticky_shared = false;
 	if (root_len < 0 || (size_t)root_len + len >= sizeof(at) ||
-	    path_crosses_fuse(pid, path, len))
+	    !mappings_path_canonical(path, len) || path_crosses_fuse(pid, path, len))
 		return false;
 	memcpy(at + root_len, path, len);
 	at[root_len + len] = '\0';

@@ -51,6 +51,10 @@ int mappings_refuse_running_checkpointed(pid_t pid, const char *comm, struct sta
  * user put a link to a file of root's in its place. */
 int mappings_link_remap_safe(struct stasis_error **err);
 
+/* Whether path is absolute with no empty, "." or ".." part (the rule
+ * below refuses any other). */
+bool mappings_path_canonical(const char *path, size_t len);
+
 /* Whether no user but root can change which folder the first len bytes of
  * path (a path within pid's root) lead through: every folder root's, no
  * link, on no FUSE mount, writable by a group or others only where sticky

@@ -10,6 +10,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/sysmacros.h>
 #include <sys/un.h>
 #include <limits.h>
 #include <stdio.h>
@@ -127,6 +128,20 @@ static bool connected_stream(int sk)
 	       getpeername(sk, (struct sockaddr *)&peer, &len) == 0;
 }
 
+/* fd's device and inode in st, from what the kernel holds: a FUSE file's
+ * daemon, a user's, is not asked (and could leave stasis waiting). */
+static int file_identity(int fd, struct stat *st)
+{
+	struct statx stx;
+
+	if (statx(fd, "", AT_EMPTY_PATH | AT_STATX_DONT_SYNC, STATX_INO, &stx) < 0)
+		return -1;
+	memset(st, 0, sizeof(*st));
+	st->st_dev = makedev(stx.stx_dev_major, stx.stx_dev_minor);
+	st->st_ino = stx.stx_ino;
+	return 0;
+}
+
 /* 1 with u filled where the socket sk (a copy of pid's) is a unix socket
  * bound to a path, 0 where it is not, -errno where its file cannot be
  * found. */
@@ -157,7 +172,7 @@ static int unix_bound_name(int sk, struct unix_name *u)
 	if (file < 0)
 		return -errno;
 	snprintf(link, sizeof(link), "/proc/self/fd/%d", file);
-	n = fstat(file, &u->st) < 0 ? -1 : readlink(link, u->file, sizeof(u->file) - 1);
+	n = file_identity(file, &u->st) < 0 ? -1 : readlink(link, u->file, sizeof(u->file) - 1);
 	if (n < 0)
 		n = -errno;
 	close(file);
@@ -247,7 +262,7 @@ static bool names_file(pid_t root, const char *path, const struct stat *file)
 	return id != 0 && id == mount_id(at);
 }
 
-enum unix_finding { UNIX_SAFE, UNIX_EXPOSED, UNIX_ELSEWHERE };
+enum unix_finding { UNIX_SAFE, UNIX_EXPOSED, UNIX_ELSEWHERE, UNIX_ODD_NAME };
 
 /* The first unix socket of pid's (among fds) that CRIU's restore would bind
  * where it must not: in folders a user other than root can change (or in a
@@ -288,6 +303,8 @@ static int find_exposed_unix(pid_t pid, const struct socket_fds *set, char *bad,
 		 * file itself could reach a FUSE mount. */
 		where = u.name[0] == '/' ? u.name : u.file;
 		printable(bad, size, where);
+		if (!mappings_path_canonical(where, strlen(where)))
+			return UNIX_ODD_NAME;
 		if (folders_exposed(root, where, shared))
 			return UNIX_EXPOSED;
 		if (!names_file(root, where, &u.st))
@@ -323,6 +340,18 @@ static int refuse_elsewhere(const struct manifest_process *p, const char *path,
 			 (int)p->pid, p->comm, path);
 	return stasis_error_hint(err, "nothing was changed; close the socket, or bind it "
 				      "again, before the checkpoint");
+}
+
+static int refuse_odd_name(const struct manifest_process *p, const char *path,
+			   struct stasis_error **err)
+{
+	stasis_error_set(err, ENOTSUP, STASIS_DOMAIN_USAGE, 0,
+			 "PID %d (%s) holds a unix socket bound to %s, a name with an empty, "
+			 "'.' or '..' part, whose folders stasis does not check: at restore CRIU "
+			 "binds it again as root by that name",
+			 (int)p->pid, p->comm, path);
+	return stasis_error_hint(err, "nothing was changed; bind it by a plain absolute or "
+				      "relative name");
 }
 
 static int refuse_unlooked(const struct manifest_process *p, const char *why, int r,
@@ -375,6 +404,8 @@ int sockets_check(const struct manifest *m, struct stasis_error **err)
 			return refuse_unix(p, path, shared, err);
 		if (r == UNIX_ELSEWHERE)
 			return refuse_elsewhere(p, path, err);
+		if (r == UNIX_ODD_NAME)
+			return refuse_odd_name(p, path, err);
 		if (connected)
 			return refuse_tcp(p, local, remote, err);
 	}
