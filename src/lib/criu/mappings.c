@@ -88,10 +88,20 @@ static bool deleted_but_linked(int map_files, const char *range, const char *pat
  * folder. (dev_t)-1 where the kernel has no memfd_create. */
 static dev_t kernel_shmem_dev(void)
 {
-	_cleanup_close_ int fd = memfd_create("stasis-shmem-dev", MFD_CLOEXEC);
+	/* The kernel's, the same for every process: one memfd, not one a scan. */
+	static dev_t dev;
+	static bool known;
+	_cleanup_close_ int fd = -1;
 	struct stat st;
 
-	return fd >= 0 && fstat(fd, &st) == 0 ? st.st_dev : (dev_t)-1;
+	if (known)
+		return dev;
+	fd = memfd_create("stasis-shmem-dev", MFD_CLOEXEC);
+	if (fd < 0 || fstat(fd, &st) < 0)
+		return (dev_t)-1; /* asked again next time */
+	dev = st.st_dev;
+	known = true;
+	return dev;
 }
 
 /* A file with no name left (NCCL's buffers in SHM_DIR, a temporary file):

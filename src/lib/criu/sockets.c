@@ -28,38 +28,30 @@
 #endif
 
 /* pid's socket descriptors: their numbers and inodes. */
+struct socket_fd {
+	int fd;
+	unsigned long ino;
+};
+
 struct socket_fds {
-	int *fds;
-	unsigned long *inodes;
-	size_t n, cap_fds, cap_inodes;
+	struct socket_fd *at;
+	size_t n, cap;
 };
 
 static int add_socket_fd(int dirfd, const char *fd, const char *target, void *ctx)
 {
 	struct socket_fds *set = ctx;
+	struct socket_fd *bigger;
 	unsigned long ino;
-	int *fds;
-	unsigned long *inodes;
 
 	if (sscanf(target, "socket:[%lu]", &ino) != 1)
 		return 0;
-	fds = grow_array(set->fds, set->n, &set->cap_fds, sizeof(*fds), 16);
-	if (fds)
-		set->fds = fds;
-	inodes = grow_array(set->inodes, set->n, &set->cap_inodes, sizeof(*inodes), 16);
-	if (inodes)
-		set->inodes = inodes;
-	if (!fds || !inodes)
+	bigger = grow_array(set->at, set->n, &set->cap, sizeof(*bigger), 16);
+	if (!bigger)
 		return -ENOMEM;
-	set->fds[set->n] = atoi(fd);
-	set->inodes[set->n++] = ino;
+	set->at = bigger;
+	set->at[set->n++] = (struct socket_fd){.fd = atoi(fd), .ino = ino};
 	return 0;
-}
-
-static void socket_fds_free(struct socket_fds *set)
-{
-	free(set->fds);
-	free(set->inodes);
 }
 
 /* The TCP states CRIU saves only with --tcp-established (include/net/tcp_states.h):
@@ -70,16 +62,16 @@ static bool connected_state(unsigned int st)
 	       st == 0x0B;
 }
 
-static bool has_inode(const unsigned long *inodes, size_t n, unsigned long ino)
+static bool has_inode(const struct socket_fds *set, unsigned long ino)
 {
-	for (size_t i = 0; i < n; i++)
-		if (inodes[i] == ino)
+	for (size_t i = 0; i < set->n; i++)
+		if (set->at[i].ino == ino)
 			return true;
 	return false;
 }
 
 /* The first connected socket of pid's in /proc/PID/net/TABLE: its ports. */
-static bool find_connected(pid_t pid, const char *table, const unsigned long *inodes, size_t n,
+static bool find_connected(pid_t pid, const char *table, const struct socket_fds *set,
 			   unsigned int *local, unsigned int *remote)
 {
 	char path[64], line[512];
@@ -95,7 +87,7 @@ static bool find_connected(pid_t pid, const char *table, const unsigned long *in
 		if (sscanf(line,
 			   " %*u: %*[0-9A-Fa-f]:%x %*[0-9A-Fa-f]:%x %x %*s %*s %*s %*u %*u %lu",
 			   local, remote, &st, &ino) == 4 &&
-		    connected_state(st) && has_inode(inodes, n, ino))
+		    connected_state(st) && has_inode(set, ino))
 			return true;
 	}
 	return false;
@@ -283,7 +275,7 @@ static int find_exposed_unix(pid_t pid, const struct socket_fds *set, char *bad,
 		return -e;
 	}
 	for (size_t i = 0; i < set->n; i++) {
-		_cleanup_close_ int sk = (int)syscall(SYS_pidfd_getfd, pidfd, set->fds[i], 0);
+		_cleanup_close_ int sk = (int)syscall(SYS_pidfd_getfd, pidfd, set->at[i].fd, 0);
 		struct unix_name u;
 		const char *where;
 		int r;
@@ -292,8 +284,8 @@ static int find_exposed_unix(pid_t pid, const struct socket_fds *set, char *bad,
 			continue; /* closed since */
 		r = sk < 0 ? -errno : unix_bound_name(sk, &u);
 		if (r < 0) {
-			snprintf(bad, size, "(descriptor %d cannot be looked at: %s)", set->fds[i],
-				 strerror(-r));
+			snprintf(bad, size, "(descriptor %d cannot be looked at: %s)",
+				 set->at[i].fd, strerror(-r));
 			return r;
 		}
 		if (r == 0)
@@ -388,16 +380,15 @@ int sockets_check(const struct manifest *m, struct stasis_error **err)
 		/* Each process's descriptors read once, for both kinds. */
 		r = proc_each_fd(p->pid, add_socket_fd, &set);
 		if (r < 0) {
-			socket_fds_free(&set);
+			free(set.at);
 			return refuse_unlooked(p, "(out of memory)", r, err);
 		}
 		r = set.n ? find_exposed_unix(p->pid, &set, path, sizeof(path), &shared)
 			  : UNIX_SAFE;
 		if (r == UNIX_SAFE && !m->options.tcp_established)
-			connected =
-			    find_connected(p->pid, "tcp", set.inodes, set.n, &local, &remote) ||
-			    find_connected(p->pid, "tcp6", set.inodes, set.n, &local, &remote);
-		socket_fds_free(&set);
+			connected = find_connected(p->pid, "tcp", &set, &local, &remote) ||
+				    find_connected(p->pid, "tcp6", &set, &local, &remote);
+		free(set.at);
 		if (r < 0)
 			return refuse_unlooked(p, path, r, err);
 		if (r == UNIX_EXPOSED)
