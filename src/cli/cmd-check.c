@@ -11,7 +11,6 @@
 
 #include "breakpoints.h"
 #include "cli.h"
-#include "mappings.h"
 #include "criu-rpc.h"
 #include "cuda-api.h"
 #include "nvml.h"
@@ -191,20 +190,6 @@ static void check_thp(struct report *rep)
 		     "slower without 'always'");
 }
 
-/* CRIU's link-remap, which spawn multiprocessing trees need, only where
- * the kernel protects links in sticky folders (mappings.h). */
-static void check_protected_links(struct report *rep)
-{
-	if (mappings_link_remap_safe(NULL) == 0)
-		item(rep, OK, "protected-links", NULL,
-		     "fs.protected_symlinks and fs.protected_hardlinks on");
-	else
-		item(rep, WARNING, "protected-links", LINKS_PROTECTION_ON,
-		     "a link protection is off: trees holding deleted files or unix sockets "
-		     "directly in a sticky folder shared by all (/dev/shm, /tmp; Python's "
-		     "spawn multiprocessing, NCCL's buffers) are refused");
-}
-
 int cmd_check(int argc, char **argv)
 {
 	static const struct option options[] = {
@@ -233,7 +218,6 @@ int cmd_check(int argc, char **argv)
 	check_criu(&rep);
 	check_breakpoints(&rep);
 	check_thp(&rep);
-	check_protected_links(&rep);
 	if (rep.json) {
 		json_object *root = json_object_new_object();
 

@@ -236,8 +236,6 @@ static int restore_verified(const struct stasis_restore_options *o, struct manif
 	if (r == 0)
 		r = target_restore_names(&t, m, err);
 	if (r == 0 && m->options.link_remap)
-		r = mappings_link_remap_safe(err);
-	if (r == 0 && m->options.link_remap)
 		r = shm_remap_check(m->options.link_remap_dir, err);
 	if (r < 0)
 		return r;

@@ -124,12 +124,45 @@ static void criu_log_summary(void **state)
 	free(summary);
 }
 
+/* The first line that names a cause leads the summary, where the echoes
+ * of the failure after it would push it out of the last lines. */
+static void criu_log_summary_cause_first(void **state)
+{
+	char path[] = "/tmp/stasis-unit-criu-log-XXXXXX";
+	int fd = mkstemp(path);
+	const char log[] =
+	    "(00.012206)  27057: Error (criu/files-reg.c:2294): Can't restore the deleted file "
+	    "dev/shm/x: a file of that name is in the way\n"
+	    "(00.012213)  27057: Error (criu/files.c:1221): Unable to open fd=3 id=0xb\n"
+	    "(00.012327) Error (criu/cr-restore.c:2334): Restoring FAILED.\n"
+	    "(00.012400) Error (criu/cr-restore.c:1269): 27057 killed by signal 9: Killed\n";
+	char *summary;
+
+	(void)state;
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, log, strlen(log)), (ssize_t)strlen(log));
+	close(fd);
+	summary = criu_log_errors(path, 3);
+	unlink(path);
+	assert_non_null(summary);
+	assert_string_equal(summary,
+			    "27057: Error (criu/files-reg.c:2294): Can't restore the deleted file "
+			    "dev/shm/x: a file of that name is in the way | "
+			    "Error (criu/cr-restore.c:2334): Restoring FAILED. | "
+			    "Error (criu/cr-restore.c:1269): 27057 killed by signal 9: Killed");
+	free(summary);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(wrap_and_hint),	  cmocka_unit_test(one_line),
-	    cmocka_unit_test(versions_and_sizes), cmocka_unit_test(uuids),
-	    cmocka_unit_test(growing_arrays),	  cmocka_unit_test(criu_log_summary),
+	    cmocka_unit_test(wrap_and_hint),
+	    cmocka_unit_test(one_line),
+	    cmocka_unit_test(versions_and_sizes),
+	    cmocka_unit_test(uuids),
+	    cmocka_unit_test(growing_arrays),
+	    cmocka_unit_test(criu_log_summary),
+	    cmocka_unit_test(criu_log_summary_cause_first),
 	};
 
 	return cmocka_run_group_tests_name("error", tests, NULL, NULL);

@@ -293,10 +293,23 @@ static bool criu_goes_on_after(const char *line)
 	return strstr(line, "rlimit: Can't setup RLIMIT_NOFILE for self") != NULL;
 }
 
+/* Errors CRIU logs because another failed before, which name no cause:
+ * the descriptor it could not open, the task killed, the whole run. */
+static bool criu_echoes_failure(const char *line)
+{
+	static const char *const echoes[] = {"Unable to open fd=", "killed by signal",
+					     "Restoring FAILED", "Dumping FAILED"};
+
+	for (size_t i = 0; i < ARRAY_SIZE(echoes); i++)
+		if (strstr(line, echoes[i]))
+			return true;
+	return false;
+}
+
 char *criu_log_errors(const char *log_path, int max_lines)
 {
 	_cleanup_free_ char *log = read_file_str(log_path, NULL);
-	const char *lines[16];
+	const char *lines[16], *cause = NULL;
 	int n = 0;
 	char *out = NULL;
 	size_t len = 0;
@@ -309,11 +322,23 @@ char *criu_log_errors(const char *log_path, int max_lines)
 	for (char *line = strtok(log, "\n"); line; line = strtok(NULL, "\n")) {
 		if ((!strstr(line, "Error") && !strstr(line, "error")) || criu_goes_on_after(line))
 			continue;
+		if (!cause && !criu_echoes_failure(line))
+			cause = line;
 		if (n == max_lines) {
 			memmove(lines, lines + 1, sizeof(lines[0]) * (size_t)(n - 1));
 			n--;
 		}
 		lines[n++] = line;
+	}
+	/* The first line naming a cause leads, where the echoes of the
+	 * failure that follow it would push it out of the last lines. */
+	if (cause && n == max_lines && max_lines > 1) {
+		bool kept = false;
+
+		for (int i = 0; i < n; i++)
+			kept = kept || lines[i] == cause;
+		if (!kept)
+			lines[0] = cause; /* in place of the oldest echo */
 	}
 	f = open_memstream(&out, &len);
 	if (!f)

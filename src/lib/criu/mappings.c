@@ -49,7 +49,6 @@ struct maps_scan {
 	char cuda_ipc[256];  /* the first of CUDA IPC's shared files mapped */
 	pid_t pid;
 	char exposed_ghost[256]; /* the first deleted file whose folders another user can change */
-	char shared_ghost[256];	 /* the first deleted file in a sticky folder others can write */
 	dev_t shmem_dev;	 /* kernel_shmem_dev's */
 	char memfd_exe[256];	 /* the program, where it runs from a memfd */
 };
@@ -205,17 +204,17 @@ bool mappings_path_canonical(const char *path, size_t len)
 /* The rule for each folder, from the last up to pid's root: root's, not a
  * link, on no FUSE mount (whose owner says what its folders are), and
  * writable by a group (an ACL's mask shows there too) or others only where
- * sticky and world-writable (/tmp, /dev/shm: fs.protected_symlinks guards
- * those), so that no one else can rename what root makes in it. The same
- * rule as stasis's CRIU's at the dump and the restore (patch 0008), for
- * the files preflight sees. */
-bool mappings_folders_root_only(pid_t pid, const char *path, size_t len, bool *sticky_shared)
+ * sticky and world-writable (/tmp, /dev/shm), so that no one else can
+ * rename what root makes in it. The same rule as stasis's CRIU's at the
+ * dump and the restore (patch 0008), for the files preflight sees. A name
+ * in a sticky folder is its file's owner's to rename: stasis's CRIU links,
+ * opens, chowns and chmods what it makes there through descriptors
+ * (patches 0008 and 0009), so no kernel setting is needed. */
+bool mappings_folders_root_only(pid_t pid, const char *path, size_t len)
 {
 	char at[PATH_MAX + 32];
 	int root_len = snprintf(at, sizeof(at), "/proc/%d/root", (int)pid);
-	bool own = true; /* the file's own folder */
 
-	*sticky_shared = false;
 	if (root_len < 0 || (size_t)root_len + len >= sizeof(at) ||
 	    !mappings_path_canonical(path, len) || path_crosses_fuse(pid, path, len))
 		return false;
@@ -237,23 +236,15 @@ bool mappings_folders_root_only(pid_t pid, const char *path, size_t len, bool *s
 		if (!S_ISDIR(st.st_mode) || st.st_uid != 0 || fs.f_type == FUSE_SUPER_MAGIC ||
 		    (others && !((st.st_mode & S_ISVTX) && (st.st_mode & S_IWOTH))))
 			return false;
-		*sticky_shared = *sticky_shared || (own && others);
-		own = false;
 	}
 	return true;
 }
 
 static void note_ghost(struct maps_scan *scan, const char *path)
 {
-	bool sticky_shared;
-
-	if (!mappings_folders_root_only(scan->pid, path, strlen(path) - strlen(DELETED),
-					&sticky_shared)) {
-		if (!scan->exposed_ghost[0])
-			snprintf(scan->exposed_ghost, sizeof(scan->exposed_ghost), "%s", path);
-	} else if (sticky_shared && !scan->shared_ghost[0]) {
-		snprintf(scan->shared_ghost, sizeof(scan->shared_ghost), "%s", path);
-	}
+	if (!mappings_folders_root_only(scan->pid, path, strlen(path) - strlen(DELETED)) &&
+	    !scan->exposed_ghost[0])
+		snprintf(scan->exposed_ghost, sizeof(scan->exposed_ghost), "%s", path);
 }
 
 /* A deleted name directly in SHM_DIR: "/dev/shm/sem.XXXXXX (deleted)". */
@@ -428,27 +419,6 @@ static int refuse_memfd_exe(const struct manifest_process *p, const char *exe,
 	return stasis_error_hint(err, "nothing was changed; run the program from a file");
 }
 
-/* In a sticky folder others can write, a restored ghost is its owner's
- * before CRIU links it back and opens it by path: only these two keep what
- * its owner can put in its place harmless to root (stasis's CRIU checks the
- * same, patch 0008). */
-bool mappings_links_protected(void)
-{
-	return read_file_u64("/proc/sys/fs/protected_symlinks", 0) >= 1 &&
-	       read_file_u64("/proc/sys/fs/protected_hardlinks", 0) >= 1;
-}
-
-static int refuse_shared_ghost(const struct manifest_process *p, const char *path,
-			       struct stasis_error **err)
-{
-	stasis_error_set(err, ENOTSUP, STASIS_DOMAIN_USAGE, 0,
-			 "PID %d (%s) holds %s, a deleted file in a sticky folder, while "
-			 "fs.protected_symlinks or fs.protected_hardlinks is off: at restore "
-			 "its owner could put a link in its place",
-			 (int)p->pid, p->comm, path);
-	return stasis_error_hint(err, "nothing was changed; " LINKS_PROTECTION_ON);
-}
-
 static int refuse_exposed_ghost(const struct manifest_process *p, const char *path,
 				struct stasis_error **err)
 {
@@ -530,17 +500,6 @@ static int refuse_unsavable(const struct manifest_process *p, const struct maps_
 				 "or after they are released");
 }
 
-int mappings_link_remap_safe(struct stasis_error **err)
-{
-	if (mappings_links_protected())
-		return 0;
-	stasis_error_set(err, ENOTSUP, STASIS_DOMAIN_USAGE, 0,
-			 "CRIU's link-remap files lie in " SHM_DIR ", where another user could "
-			 "put a link in their place while fs.protected_symlinks or "
-			 "fs.protected_hardlinks is off");
-	return stasis_error_hint(err, "nothing was changed; " LINKS_PROTECTION_ON);
-}
-
 int mappings_check(const struct manifest *m, bool shm_remap_ok, bool *link_remap,
 		   struct stasis_error **err)
 {
@@ -569,8 +528,6 @@ int mappings_check(const struct manifest *m, bool shm_remap_ok, bool *link_remap
 		}
 		if (scan.exposed_ghost[0])
 			return refuse_exposed_ghost(p, scan.exposed_ghost, err);
-		if (scan.shared_ghost[0] && !mappings_links_protected())
-			return refuse_shared_ghost(p, scan.shared_ghost, err);
 		if (scan.relinked[0])
 			return refuse_relinked(p, scan.relinked,
 					       "CRIU saves such a file only in " SHM_DIR, err);
@@ -580,8 +537,6 @@ int mappings_check(const struct manifest *m, bool shm_remap_ok, bool *link_remap
 			    "its image could restore only on this machine, from a checkpoint "
 			    "that ends the tree (not --leave-running, a migration or a container)",
 			    err);
-		if (scan.shm_relinked && mappings_link_remap_safe(err) < 0)
-			return -ENOTSUP;
 		*link_remap = *link_remap || scan.shm_relinked;
 		if (scan.unsavable[0])
 			return refuse_unsavable(p, &scan, err);

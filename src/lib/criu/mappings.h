@@ -45,12 +45,6 @@ bool mappings_runs_jax(pid_t pid);
  * that shares GPU memory through CUDA IPC, whose GPU restore fails. */
 int mappings_refuse_running_checkpointed(pid_t pid, const char *comm, struct stasis_error **err);
 
-/* CRIU's link-remap leaves a name of the workload's user's in /dev/shm
- * between dump and restore; root's CRIU opens it again by that path. Only
- * with the kernel's protection of links in sticky folders on can no other
- * user put a link to a file of root's in its place. */
-int mappings_link_remap_safe(struct stasis_error **err);
-
 /* Whether path is absolute with no empty, "." or ".." part (the rule
  * below refuses any other). */
 bool mappings_path_canonical(const char *path, size_t len);
@@ -58,14 +52,7 @@ bool mappings_path_canonical(const char *path, size_t len);
 /* Whether no user but root can change which folder the first len bytes of
  * path (a path within pid's root) lead through: every folder root's, no
  * link, on no FUSE mount, writable by a group or others only where sticky
- * and world-writable; *sticky_shared where the last folder is such a
- * shared one (then mappings_links_protected must hold too). */
-bool mappings_folders_root_only(pid_t pid, const char *path, size_t len, bool *sticky_shared);
-
-/* fs.protected_symlinks and fs.protected_hardlinks are both on. */
-bool mappings_links_protected(void);
-
-/* What turns them on, for the refusals that need them. */
-#define LINKS_PROTECTION_ON "sysctl -w fs.protected_symlinks=1 fs.protected_hardlinks=1"
+ * and world-writable. */
+bool mappings_folders_root_only(pid_t pid, const char *path, size_t len);
 
 #endif

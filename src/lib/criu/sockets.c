@@ -177,21 +177,6 @@ static int unix_bound_name(int sk, struct unix_name *u)
 	return 1;
 }
 
-/* Whether the folders of path (within pid's root) break the rule of
- * mappings_folders_root_only; shared says a sticky folder shared by all
- * holds it while the link protection is off. */
-static bool folders_exposed(pid_t pid, const char *path, bool *shared)
-{
-	bool sticky_shared;
-
-	if (!mappings_folders_root_only(pid, path, strlen(path), &sticky_shared)) {
-		*shared = false;
-		return true;
-	}
-	*shared = sticky_shared && !mappings_links_protected();
-	return *shared;
-}
-
 /* Copy src into dst with its control characters as '?': a name can hold
  * a newline, and an error is one line. */
 static void printable(char *dst, size_t size, const char *src)
@@ -257,13 +242,11 @@ static bool names_file(pid_t root, const char *path, const struct stat *file)
 enum unix_finding { UNIX_SAFE, UNIX_EXPOSED, UNIX_ELSEWHERE, UNIX_ODD_NAME };
 
 /* The first unix socket of pid's (among fds) that CRIU's restore would bind
- * where it must not: in folders a user other than root can change (or in a
- * shared sticky folder while the kernel's link protection is off), or at a
+ * where it must not: in folders a user other than root can change, or at a
  * name that no longer leads to the socket's file. Its path in bad. -errno,
  * with bad saying what, where a socket cannot be looked at: then nobody
  * can say it is safe. */
-static int find_exposed_unix(pid_t pid, const struct socket_fds *set, char *bad, size_t size,
-			     bool *shared)
+static int find_exposed_unix(pid_t pid, const struct socket_fds *set, char *bad, size_t size)
 {
 	_cleanup_close_ int pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
 	pid_t root = bind_root(pid);
@@ -297,7 +280,7 @@ static int find_exposed_unix(pid_t pid, const struct socket_fds *set, char *bad,
 		printable(bad, size, where);
 		if (!mappings_path_canonical(where, strlen(where)))
 			return UNIX_ODD_NAME;
-		if (folders_exposed(root, where, shared))
+		if (!mappings_folders_root_only(root, where, strlen(where)))
 			return UNIX_EXPOSED;
 		if (!names_file(root, where, &u.st))
 			return UNIX_ELSEWHERE;
@@ -305,21 +288,17 @@ static int find_exposed_unix(pid_t pid, const struct socket_fds *set, char *bad,
 	return UNIX_SAFE;
 }
 
-static int refuse_unix(const struct manifest_process *p, const char *path, bool shared,
+static int refuse_unix(const struct manifest_process *p, const char *path,
 		       struct stasis_error **err)
 {
 	stasis_error_set(err, ENOTSUP, STASIS_DOMAIN_USAGE, 0,
-			 "PID %d (%s) holds a unix socket bound to %s, %s: at restore CRIU "
-			 "binds it again as root along that path, and chowns and chmods it",
-			 (int)p->pid, p->comm, path,
-			 shared ? "in a sticky folder while fs.protected_symlinks or "
-				  "fs.protected_hardlinks is off"
-				: "in a folder that a user other than root can change");
-	return stasis_error_hint(err,
-				 shared ? "nothing was changed; " LINKS_PROTECTION_ON
-					: "nothing was changed; bind it in a folder of root's or "
-					  "to an abstract name, or close it before the checkpoint "
-					  "(docs/SECURITY.md)");
+			 "PID %d (%s) holds a unix socket bound to %s, in a folder that a user "
+			 "other than root can change: at restore CRIU binds it again as root "
+			 "along that path, and chowns and chmods it",
+			 (int)p->pid, p->comm, path);
+	return stasis_error_hint(err, "nothing was changed; bind it in a folder of root's, in "
+				      "/tmp or /dev/shm, or to an abstract name, or close it "
+				      "before the checkpoint (docs/SECURITY.md)");
 }
 
 static int refuse_elsewhere(const struct manifest_process *p, const char *path,
@@ -374,7 +353,7 @@ int sockets_check(const struct manifest *m, struct stasis_error **err)
 		struct socket_fds set = {0};
 		char path[PATH_MAX];
 		unsigned int local, remote;
-		bool shared = false, connected = false;
+		bool connected = false;
 		int r;
 
 		/* Each process's descriptors read once, for both kinds. */
@@ -383,8 +362,7 @@ int sockets_check(const struct manifest *m, struct stasis_error **err)
 			free(set.at);
 			return refuse_unlooked(p, "(out of memory)", r, err);
 		}
-		r = set.n ? find_exposed_unix(p->pid, &set, path, sizeof(path), &shared)
-			  : UNIX_SAFE;
+		r = set.n ? find_exposed_unix(p->pid, &set, path, sizeof(path)) : UNIX_SAFE;
 		if (r == UNIX_SAFE && !m->options.tcp_established)
 			connected = find_connected(p->pid, "tcp", &set, &local, &remote) ||
 				    find_connected(p->pid, "tcp6", &set, &local, &remote);
@@ -392,7 +370,7 @@ int sockets_check(const struct manifest *m, struct stasis_error **err)
 		if (r < 0)
 			return refuse_unlooked(p, path, r, err);
 		if (r == UNIX_EXPOSED)
-			return refuse_unix(p, path, shared, err);
+			return refuse_unix(p, path, err);
 		if (r == UNIX_ELSEWHERE)
 			return refuse_elsewhere(p, path, err);
 		if (r == UNIX_ODD_NAME)
