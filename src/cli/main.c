@@ -67,6 +67,8 @@ const struct command commands[] = {
      "      --address SOCK    containerd's socket (default $CONTAINERD_ADDRESS, else\n"
      "                        /run/containerd/containerd.sock)\n"
      "      --thp             transparent huge pages 'always' while it runs\n"
+     "      --trust-key FILE  accept an image sealed with the key in FILE, not only\n"
+     "                        one sealed by this host (up to 8 times)\n"
      "      --print-stats, --json  print phase timings as JSON on stdout\n"
      "                        (progress goes to stderr only on a terminal without it)\n"},
     {"migrate", cmd_migrate, "move a running process tree or container to another host",
@@ -106,7 +108,8 @@ const struct command commands[] = {
     {"inspect", cmd_inspect, "show what an image holds",
      "usage: stasis inspect DIR [--json]\n"
      "\n"
-     "Process tree, options, GPUs, sizes, phase timings and versions of an image.\n"},
+     "Process tree, options, GPUs, sizes, phase timings and versions of an image,\n"
+     "and whether it is sealed by this host (restore refuses it otherwise).\n"},
     {"demo", cmd_demo, "checkpoint and restore the built-in sample workload",
      "usage: stasis demo [--gpu|--cpu] [DIR]\n"
      "\n"

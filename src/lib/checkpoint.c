@@ -75,7 +75,7 @@ static int checkpoint_write_manifest(const char *dir, struct manifest *m, struct
 	if (fault_at("manifest", 0))
 		return stasis_error_set(err, ENOSPC, STASIS_DOMAIN_SYSTEM, ENOSPC,
 					"writing the manifest: injected fault");
-	return manifest_write(dir, m, err);
+	return image_write_manifest(dir, m, err);
 }
 
 int checkpoint_seal_image(const char *dir, struct manifest *m, struct image_follower *follower,
@@ -483,5 +483,5 @@ int stasis_checkpoint(const struct stasis_checkpoint_options *o, struct manifest
 	manifest_add_phase(m, "durable", now_usec() - start);
 	manifest_add_phase(m, "total", now_usec() - start);
 	/* Rewrite the manifest so it carries the final timings too. */
-	return manifest_write(o->dir, m, err);
+	return image_write_manifest(o->dir, m, err);
 }

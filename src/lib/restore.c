@@ -286,7 +286,7 @@ int stasis_restore(const struct stasis_restore_options *o, struct manifest *m, p
 	if (r == 0) {
 		image_stage_sweep();
 		runc_target_sweep();
-		r = image_open_begin(o->dir, m, &verifier, err);
+		r = image_open_begin(o->dir, &o->trust, m, &verifier, err);
 	}
 	if (r < 0)
 		return r;
