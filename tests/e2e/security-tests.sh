@@ -57,20 +57,18 @@ test_image_folder_trust() {
 	chown -R 0 "$w/img2" && chmod 777 "$w/img2/criu"
 	expect_error "writable by group or others" "$STASIS" restore -D "$w/img2" || return 1
 	alive "$pid" && { fail "restored from a refused folder"; return 1; }
-	# A link planted where CRIU writes its log is not followed.
+	# A link planted in the image is refused, and not followed: CRIU's
+	# log goes to the restore's work folder, never into the image.
 	echo secret >"$w/secret" && chmod 600 "$w/secret"
 	ln -s "$w/secret" "$w/img/restore.log"
 	expect_error "restore.log is not a regular file" "$STASIS" restore -D "$w/img" --detach || return 1
 	[ "$(cat "$w/secret")" = secret ] || { fail "CRIU's log went through a planted link"; return 1; }
 	rm "$w/img/restore.log"
+	touch "$w/before" && sleep 0.01
 	"$STASIS" restore -D "$w/img" --detach >"$w/pid" || return 1
-	[ -f "$w/img/restore.log" ] && [ ! -L "$w/img/restore.log" ] || { fail "no log of its own"; return 1; }
+	[ -z "$(find "$w/img" -newer "$w/before" -o -name 'restore*' -o -name stats-restore)" ] ||
+		{ fail "the restore wrote into the image: $(find "$w/img" -newer "$w/before" -o -name 'restore*')"; return 1; }
 	kill -TERM "$(cat "$w/pid")"
-	# A read-only image folder: one line that says so.
-	cp -a "$w/zimg" "$w/ro" && mount --bind -o ro "$w/ro" "$w/ro" && echo "$w/ro" >>"$TMP/mounts"
-	for _ in $(seq 50); do alive "$pid" || break; sleep 0.1; done
-	expect_error "cannot create CRIU's log .*Read-only file system" "$STASIS" restore -D "$w/ro" || return 1
-	umount "$w/ro"
 }
 
 # expect_manifest_refused CASE WANT EDIT...: a copy of the image with its
