@@ -448,6 +448,7 @@ int stasis_checkpoint(const struct stasis_checkpoint_options *o, struct manifest
 	struct gpu_batch batch = {.lock_timeout_ms = o->lock_timeout_ms};
 	struct target t = {.dir = o->dir, .checkpoint = o};
 	uint64_t start = now_usec();
+	struct seal_key key;
 	int r;
 
 	if (!batch.lock_timeout_ms)
@@ -461,6 +462,10 @@ int stasis_checkpoint(const struct stasis_checkpoint_options *o, struct manifest
 				      err);
 	if (r == 0 && o->runtime && o->namespace)
 		r = target_check_name("containerd", "namespace", o->namespace, err);
+	/* The key that seals the image, made now on first use: one that
+	 * cannot be read fails here, before anything changes. */
+	if (r == 0 && (r = seal_host_key(true, &key, err)) == 0)
+		seal_key_free(&key);
 	if (r == 0 && o->thp_always)
 		r = thp_always_begin(err);
 	if (r < 0)

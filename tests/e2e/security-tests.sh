@@ -135,6 +135,10 @@ wait_gone() { for _ in $(seq 50); do alive "$1" || return 0; sleep 0.1; done; re
 test_image_seal() {
 	local w="$TMP/sec7" pid rpid
 	start_workload "$w" || return 1
+	# A key folder others may open: refused before anything changes.
+	mkdir -m 755 "$w/open-keys"
+	expect_error "seal key's folder .* is open to others" env STASIS_KEY_DIR="$w/open-keys" "$STASIS" checkpoint "$pid" -D "$w/never" || return 1
+	[ ! -e "$w/never" ] && alive "$pid" || { fail "the refused checkpoint changed something"; return 1; }
 	# The other machine: its own host key.
 	STASIS_KEY_DIR="$w/elsewhere" "$STASIS" checkpoint "$pid" -D "$w/made-elsewhere" || return 1
 	reap "$pid"
