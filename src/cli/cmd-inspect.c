@@ -1,11 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 #include <getopt.h>
+#include <json-c/json.h>
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "cli.h"
 #include "criu-rpc.h"
+#include "image-seal.h"
 #include "manifest.h"
 #include "util.h"
 
@@ -45,7 +47,30 @@ static void print_gpus(FILE *out, const struct manifest *m)
 	}
 }
 
-static void print_human(FILE *out, const char *dir, const struct manifest *m)
+/* What inspect says of the seal: image_read_any's status. */
+struct seal_seen {
+	const char *status;
+	char signer[SEAL_ID_LEN + 1];
+};
+
+static void print_seal(FILE *out, const struct seal_seen *s)
+{
+	fprintf(out, "sealed       ");
+	if (!strcmp(s->status, "this host"))
+		fprintf(out, "by this host (key %s)\n", s->signer);
+	else if (!strcmp(s->status, "another key"))
+		fprintf(out, "by key %s, not this host's: restore needs --trust-key\n", s->signer);
+	else if (!strcmp(s->status, "unchecked"))
+		fprintf(out, "by key %s, unchecked (this host's key cannot be read)\n", s->signer);
+	else if (!strcmp(s->status, "none"))
+		fprintf(out, "no: restore refuses it\n");
+	else
+		fprintf(out,
+			"broken: the manifest changed after it was sealed, restore refuses it\n");
+}
+
+static void print_human(FILE *out, const char *dir, const struct manifest *m,
+			const struct seal_seen *seal)
 {
 	char size[32], criu[32];
 	const struct manifest_options *o = &m->options;
@@ -53,6 +78,7 @@ static void print_human(FILE *out, const char *dir, const struct manifest *m)
 	fprintf(out, "image        %s (format %d)\n", dir, m->format_version);
 	fprintf(out, "created      %s on %s, kernel %s\n", m->created ? m->created : "?",
 		m->hostname ? m->hostname : "?", m->kernel ? m->kernel : "?");
+	print_seal(out, seal);
 	fprintf(out, "versions     stasis %s, CRIU %s", m->stasis_version ? m->stasis_version : "?",
 		criu_version_string(m->criu_version, criu, sizeof(criu)));
 	if (m->cuda_driver_version)
@@ -95,7 +121,8 @@ static void put_printable(const char *text, size_t len)
 	}
 }
 
-static int print_human_safely(const char *dir, const struct manifest *m)
+static int print_human_safely(const char *dir, const struct manifest *m,
+			      const struct seal_seen *seal)
 {
 	_cleanup_free_ char *text = NULL;
 	size_t len = 0;
@@ -103,7 +130,7 @@ static int print_human_safely(const char *dir, const struct manifest *m)
 
 	if (!f)
 		return -1;
-	print_human(f, dir, m);
+	print_human(f, dir, m, seal);
 	fclose(f);
 	put_printable(text, len);
 	return 0;
@@ -116,6 +143,7 @@ int cmd_inspect(int argc, char **argv)
 	    {NULL, 0, NULL, 0},
 	};
 	_cleanup_error_ struct stasis_error *err = NULL;
+	struct seal_seen seal;
 	struct manifest m;
 	bool json = false;
 	int c;
@@ -129,15 +157,26 @@ int cmd_inspect(int argc, char **argv)
 	if (optind != argc - 1)
 		return cli_usage_error("inspect", "expected one image directory");
 	manifest_init(&m);
-	if (manifest_read(argv[optind], &m, &err) < 0) {
+	if (image_read_any(argv[optind], &m, &seal.status, seal.signer, &err) < 0) {
 		manifest_free(&m);
 		return cli_fail("inspect", err);
 	}
 	if (json) {
-		_cleanup_free_ char *text = manifest_to_json(&m, true);
+		_cleanup_free_ char *text = manifest_to_json(&m, false);
+		json_object *root = text ? json_tokener_parse(text) : NULL,
+			    *o = json_object_new_object();
 
-		printf("%s\n", text);
-	} else if (print_human_safely(argv[optind], &m) < 0) {
+		if (root && o) {
+			json_object_object_add(o, "status", json_object_new_string(seal.status));
+			json_object_object_add(o, "key", json_object_new_string(seal.signer));
+			json_object_object_add(root, "seal", o);
+			o = NULL;
+			printf("%s\n",
+			       json_object_to_json_string_ext(root, JSON_C_TO_STRING_PRETTY));
+		}
+		json_object_put(o);
+		json_object_put(root);
+	} else if (print_human_safely(argv[optind], &m, &seal) < 0) {
 		manifest_free(&m);
 		fprintf(stderr, "stasis inspect: out of memory\n");
 		return EXIT_FAILED;

@@ -26,9 +26,11 @@ int cmd_restore(int argc, char **argv)
 	    {"thp", no_argument, NULL, 'H'},
 	    {"print-stats", no_argument, NULL, 'P'},
 	    {"json", no_argument, NULL, 'P'},
+	    {"trust-key", required_argument, NULL, 'T'},
 	    {NULL, 0, NULL, 0},
 	};
 	struct stasis_restore_options o = {0};
+	const char *trust_keys[SEAL_MAX_TRUSTED];
 	_cleanup_error_ struct stasis_error *err = NULL;
 	struct manifest m;
 	bool stats = false;
@@ -67,6 +69,13 @@ int cmd_restore(int argc, char **argv)
 			break;
 		case 'P':
 			stats = true;
+			break;
+		case 'T':
+			if (o.trust.nkey_files == SEAL_MAX_TRUSTED)
+				return cli_usage_error("restore", "at most %d --trust-key files",
+						       SEAL_MAX_TRUSTED);
+			trust_keys[o.trust.nkey_files++] = optarg;
+			o.trust.key_files = trust_keys;
 			break;
 		default:
 			return cli_usage_error("restore", "unknown option '%s'", argv[optind - 1]);

@@ -53,7 +53,10 @@ const struct command commands[] = {
      "usage: stasis restore -D DIR [options]\n"
      "\n"
      "Restore the tree saved in DIR. stasis stays its parent and exits with the\n"
-     "restored root's status, unless --detach is given.\n"
+     "restored root's status, unless --detach is given. DIR must be sealed by\n"
+     "this host, or by a key given with --trust-key. Nothing is written into DIR:\n"
+     "CRIU's log goes to a work folder of the restore's own in /run/stasis\n"
+     "($STASIS_RUN_DIR), kept when the restore fails and named in its error.\n"
      "\n"
      "  -D, --images-dir DIR  image directory\n"
      "  -d, --detach          leave the restored tree running; print its PID\n"
@@ -67,6 +70,8 @@ const struct command commands[] = {
      "      --address SOCK    containerd's socket (default $CONTAINERD_ADDRESS, else\n"
      "                        /run/containerd/containerd.sock)\n"
      "      --thp             transparent huge pages 'always' while it runs\n"
+     "      --trust-key FILE  accept an image sealed with the key in FILE, not only\n"
+     "                        one sealed by this host (up to 8 times)\n"
      "      --print-stats, --json  print phase timings as JSON on stdout\n"
      "                        (progress goes to stderr only on a terminal without it)\n"},
     {"migrate", cmd_migrate, "move a running process tree or container to another host",
@@ -106,7 +111,8 @@ const struct command commands[] = {
     {"inspect", cmd_inspect, "show what an image holds",
      "usage: stasis inspect DIR [--json]\n"
      "\n"
-     "Process tree, options, GPUs, sizes, phase timings and versions of an image.\n"},
+     "Process tree, options, GPUs, sizes, phase timings and versions of an image,\n"
+     "and whether it is sealed by this host (restore refuses it otherwise).\n"},
     {"demo", cmd_demo, "checkpoint and restore the built-in sample workload",
      "usage: stasis demo [--gpu|--cpu] [DIR]\n"
      "\n"

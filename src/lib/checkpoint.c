@@ -75,7 +75,7 @@ static int checkpoint_write_manifest(const char *dir, struct manifest *m, struct
 	if (fault_at("manifest", 0))
 		return stasis_error_set(err, ENOSPC, STASIS_DOMAIN_SYSTEM, ENOSPC,
 					"writing the manifest: injected fault");
-	return manifest_write(dir, m, err);
+	return image_write_manifest(dir, m, err);
 }
 
 int checkpoint_seal_image(const char *dir, struct manifest *m, struct image_follower *follower,
@@ -448,6 +448,7 @@ int stasis_checkpoint(const struct stasis_checkpoint_options *o, struct manifest
 	struct gpu_batch batch = {.lock_timeout_ms = o->lock_timeout_ms};
 	struct target t = {.dir = o->dir, .checkpoint = o};
 	uint64_t start = now_usec();
+	struct seal_key key;
 	int r;
 
 	if (!batch.lock_timeout_ms)
@@ -461,6 +462,10 @@ int stasis_checkpoint(const struct stasis_checkpoint_options *o, struct manifest
 				      err);
 	if (r == 0 && o->runtime && o->namespace)
 		r = target_check_name("containerd", "namespace", o->namespace, err);
+	/* The key that seals the image, made now on first use: one that
+	 * cannot be read fails here, before anything changes. */
+	if (r == 0 && (r = seal_host_key(true, &key, err)) == 0)
+		seal_key_free(&key);
 	if (r == 0 && o->thp_always)
 		r = thp_always_begin(err);
 	if (r < 0)
@@ -483,5 +488,5 @@ int stasis_checkpoint(const struct stasis_checkpoint_options *o, struct manifest
 	manifest_add_phase(m, "durable", now_usec() - start);
 	manifest_add_phase(m, "total", now_usec() - start);
 	/* Rewrite the manifest so it carries the final timings too. */
-	return manifest_write(o->dir, m, err);
+	return image_write_manifest(o->dir, m, err);
 }

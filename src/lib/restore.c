@@ -3,12 +3,18 @@
  * restore -> restore all GPU state (with the GPU map) -> unlock all. A
  * failure after CRIU restored the tree kills the tree rather than leave it
  * locked. */
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "criu-rpc.h"
 #include "fault.h"
@@ -219,6 +225,80 @@ static int restore_target(struct target *t, struct manifest *m, struct image_ver
 	return r;
 }
 
+/* The restore's work folder, root's (0700) in the run folder, one for each
+ * restore: CRIU's log and statistics and a runtime's work go there, never
+ * into the image, which may be read-only and is not the restore's to
+ * change. */
+static int restore_work_make(char *out, size_t len, struct stasis_error **err)
+{
+	char stamp[32];
+	time_t now = time(NULL);
+	struct tm tm;
+
+	gmtime_r(&now, &tm);
+	strftime(stamp, sizeof(stamp), "%Y%m%dT%H%M%SZ", &tm);
+	snprintf(out, len, "%s/restore-%s-%d", stasis_run_dir(), stamp, (int)getpid());
+	if (mkdir(out, 0700) < 0)
+		return stasis_error_errno(err, errno, "making the restore's work folder %s: %s",
+					  out, strerror(errno));
+	return 0;
+}
+
+/* Marks the work folder of a restore that succeeded. */
+#define RESTORE_SUCCEEDED "succeeded"
+
+/* A restore that succeeded keeps its logs until the next one succeeds:
+ * the folders of the earlier ones go. */
+static void restore_work_succeeded(const char *work)
+{
+	const char *name = strrchr(work, '/') + 1;
+	_cleanup_close_ int fd = -1;
+	struct dirent *de;
+	DIR *d;
+
+	fd = open(work, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return;
+	close(openat(fd, RESTORE_SUCCEEDED, O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600));
+	d = opendir(stasis_run_dir());
+	while (d && (de = readdir(d))) {
+		char path[PATH_MAX + 300], mark[sizeof(path) + 16];
+
+		if (strncmp(de->d_name, "restore-", 8) != 0 || !strcmp(de->d_name, name))
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", stasis_run_dir(), de->d_name);
+		snprintf(mark, sizeof(mark), "%s/" RESTORE_SUCCEEDED, path);
+		if (access(mark, F_OK) == 0)
+			remove_dir_tree(path);
+	}
+	if (d)
+		closedir(d);
+}
+
+/* A restore that failed before anything was written to its work folder
+ * leaves none; a failed one keeps its logs there, and its error names the
+ * folder; one that succeeded keeps them until the next succeeds. */
+static void restore_work_end(const char *work, int r, struct stasis_error **err)
+{
+	_cleanup_free_ char *hint = NULL;
+
+	if (r == 0) {
+		restore_work_succeeded(work);
+		return;
+	}
+	if (dir_is_empty(work) == 0) {
+		rmdir(work);
+		return;
+	}
+	if (!err || !*err || ((*err)->hint && strstr((*err)->hint, work)))
+		return;
+	hint = (*err)->hint ? strdup((*err)->hint) : NULL;
+	if (hint)
+		stasis_error_hint(err, "%s; logs in %s", hint, work);
+	else
+		stasis_error_hint(err, "logs in %s", work);
+}
+
 /* The image is verified while the target restores when it notifies
  * before the processes run, and pages can be read as they come; else
  * first. */
@@ -248,7 +328,13 @@ static int restore_verified(const struct stasis_restore_options *o, struct manif
 		manifest_add_phase(m, m->options.compress ? "decompress" : "verify_wait",
 				   now_usec() - start);
 	}
-	return r < 0 ? r : restore_target(&t, m, verifier, root_out, err);
+	if (r == 0)
+		r = restore_work_make(t.work, sizeof(t.work), err);
+	if (r < 0)
+		return r;
+	r = restore_target(&t, m, verifier, root_out, err);
+	restore_work_end(t.work, r, err);
+	return r;
 }
 
 /* The variables stasis's CRIU plugin reads, empty until the GPU plan
@@ -284,7 +370,7 @@ int stasis_restore(const struct stasis_restore_options *o, struct manifest *m, p
 	if (r == 0) {
 		image_stage_sweep();
 		runc_target_sweep();
-		r = image_open_begin(o->dir, m, &verifier, err);
+		r = image_open_begin(o->dir, &o->trust, m, &verifier, err);
 	}
 	if (r < 0)
 		return r;

@@ -8,6 +8,7 @@
 #include <sys/types.h>
 
 #include "error.h"
+#include "image-seal.h"
 #include "manifest.h"
 
 #define STASIS_VERSION "0.1.0"
@@ -45,6 +46,8 @@ struct stasis_restore_options {
 	bool detach;	       /* leave the restored tree to init */
 	const char *gpu_map;   /* "OLD=NEW,..." or NULL */
 	bool thp_always;       /* transparent huge pages "always" meanwhile */
+	/* Keys besides the host's that may have sealed the image (--trust-key). */
+	struct image_trust trust;
 };
 
 /* Restore the image in dir. m receives the manifest with restore timings;

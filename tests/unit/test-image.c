@@ -228,13 +228,13 @@ static void verifier_catches_changed_pages(void **state)
 	manifest_add_process(&m)->pid = 7;
 	write_chunk("inventory.img", 1, 16, O_TRUNC);
 	assert_int_equal(image_checksum(dir, &m, NULL, &err), 0);
-	assert_int_equal(manifest_write(dir, &m, &err), 0);
+	assert_int_equal(image_write_manifest(dir, &m, &err), 0);
 	manifest_init(&opened);
 	assert_int_equal(image_open(dir, &opened, &err), 0);
 	manifest_free(&opened);
 	write_chunk("pages-1.img", 5, 1, O_APPEND);
 	manifest_init(&opened);
-	assert_int_equal(image_open_begin(dir, &opened, &v, &err), 0);
+	assert_int_equal(image_open_begin(dir, NULL, &opened, &v, &err), 0);
 	assert_int_equal(image_verify_wait(v, &err), -EBADMSG);
 	assert_non_null(strstr(err->message, "pages-1.img does not match its checksum"));
 	image_verifier_free(v);

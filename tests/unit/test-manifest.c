@@ -172,7 +172,7 @@ static void write_and_verify(void **state)
 	manifest_add_process(&m)->pid = 7;
 	assert_int_equal(image_checksum(dir, &m, NULL, &err), 0);
 	assert_int_equal(m.image_bytes, 10);
-	assert_int_equal(manifest_write(dir, &m, &err), 0);
+	assert_int_equal(image_write_manifest(dir, &m, &err), 0);
 	/* A second checkpoint into the same directory is refused. */
 	assert_true(image_prepare(dir, &err) < 0);
 	assert_int_equal(err->status, EEXIST);

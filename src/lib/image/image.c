@@ -105,6 +105,8 @@ void image_discard(const char *dir, bool made)
 	snprintf(sub, sizeof(sub), "%s/" MANIFEST_NAME, dir);
 	if (access(sub, F_OK) == 0)
 		return; /* complete: the failure came after */
+	snprintf(sub, sizeof(sub), "%s/" SEAL_NAME, dir);
+	unlink(sub);
 	snprintf(sub, sizeof(sub), "%s/%s", dir, IMAGE_CRIU_SUBDIR);
 	d = opendir(sub);
 	while (d && (de = readdir(d))) {
@@ -474,7 +476,8 @@ static bool criu_writes_only(const char *name)
 /* Everything in the image's CRIU folder is a regular file the manifest
  * lists, or one that CRIU writes and never reads: CRIU restores
  * whatever it finds there, so a file that is not checked must not be
- * there. Beside it only the manifest, logs and a runtime's work folders. */
+ * there. Beside it only the manifest, its seal, logs and a runtime's work
+ * folders. */
 static int check_listed(const char *dir, const struct manifest *m, struct stasis_error **err)
 {
 	char sub[PATH_MAX];
@@ -516,7 +519,8 @@ static int check_listed(const char *dir, const struct manifest *m, struct stasis
 			continue;
 		if (fstatat(dirfd(d), name, &st, AT_SYMLINK_NOFOLLOW) < 0)
 			continue;
-		if (S_ISREG(st.st_mode) && (!strcmp(name, MANIFEST_NAME) || criu_writes_only(name)))
+		if (S_ISREG(st.st_mode) && (!strcmp(name, MANIFEST_NAME) ||
+					    !strcmp(name, SEAL_NAME) || criu_writes_only(name)))
 			continue;
 		/* A runtime's work folder: runc's, or a restore's. */
 		if (S_ISDIR(st.st_mode) && (!strcmp(name, "runc") || !strncmp(name, "restore-", 8)))
@@ -529,14 +533,14 @@ static int check_listed(const char *dir, const struct manifest *m, struct stasis
 	return r;
 }
 
-int image_open_begin(const char *dir, struct manifest *m, struct image_verifier **out,
-		     struct stasis_error **err)
+int image_open_begin(const char *dir, const struct image_trust *trust, struct manifest *m,
+		     struct image_verifier **out, struct stasis_error **err)
 {
 	struct image_verifier *v;
 	int r = image_check_folder(dir, err);
 
 	if (r == 0)
-		r = manifest_read(dir, m, err);
+		r = image_read_trusted(dir, trust, m, err);
 	if (r == 0)
 		r = manifest_check_complete(m, err);
 	if (r == 0)
@@ -651,7 +655,7 @@ int image_open(const char *dir, struct manifest *m, struct stasis_error **err)
 	struct image_verifier *v = NULL;
 	int r;
 
-	r = image_open_begin(dir, m, &v, err);
+	r = image_open_begin(dir, NULL, m, &v, err);
 	if (r < 0)
 		return r;
 	progress_begin("verifying the image's checksums");

@@ -7,6 +7,7 @@
 #include <stdbool.h>
 
 #include "error.h"
+#include "image-seal.h"
 #include "manifest.h"
 
 /* Added to the name of a compressed pages image. */
@@ -67,15 +68,16 @@ void image_count_bytes(struct manifest *m);
 int image_checksum(const char *dir, struct manifest *m, struct image_follower *follower,
 		   struct stasis_error **err);
 
-/* Read the manifest, verify every file but the pages images, and start
+/* Read the manifest, refused unless sealed by this host or by a key of
+ * trust (NULL: this host's alone; image-seal.h), verify every file but the pages images, and start
  * verifying those in the background: a restore runs CRIU meanwhile and
  * waits for the answer before the tree runs. A compressed image is
  * decompressed into memory instead, and verified on the way; its pages are
  * served to CRIU from a FUSE folder as they come (image-serve.c), or, where
  * none can be mounted, staged as files that CRIU must wait for. */
 struct image_verifier;
-int image_open_begin(const char *dir, struct manifest *m, struct image_verifier **out,
-		     struct stasis_error **err);
+int image_open_begin(const char *dir, const struct image_trust *trust, struct manifest *m,
+		     struct image_verifier **out, struct stasis_error **err);
 int image_verify_wait(struct image_verifier *v, struct stasis_error **err);
 /* Cancels the verification if it still runs; < 0 only when what it
  * verified so far is wrong. */
@@ -99,7 +101,7 @@ void image_verifier_unstage(struct image_verifier *v);
 /* Unstages, and frees v. */
 void image_verifier_free(struct image_verifier *v);
 
-/* Read the manifest and verify every file it lists. */
+/* Read the manifest, sealed by this host, and verify every file it lists. */
 int image_open(const char *dir, struct manifest *m, struct stasis_error **err);
 
 /* Flush the image's file system to disk (syncfs); records the "sync" phase. */

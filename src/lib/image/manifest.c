@@ -593,14 +593,16 @@ int manifest_write(const char *dir, const struct manifest *m, struct stasis_erro
 /* The manifest's text: a regular file of the image folder, not followed,
  * and no bigger than a manifest gets (a FIFO, a device or /dev/zero
  * planted there must neither hang nor fill memory). */
-static int read_manifest_text(const char *dir, const char *path, char **out,
-			      struct stasis_error **err)
+int manifest_read_text(const char *dir, char **out, struct stasis_error **err)
 {
-	_cleanup_close_ int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+	char path[4096];
+	_cleanup_close_ int fd = -1;
 	_cleanup_free_ char *text = NULL;
 	struct stat st;
 	size_t got = 0;
 
+	snprintf(path, sizeof(path), "%s/%s", dir, MANIFEST_NAME);
+	fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
 	if (fd < 0 && errno == ENOENT) {
 		stasis_error_set(err, ENOENT, STASIS_DOMAIN_IMAGE, 0,
 				 "%s has no %s: not a stasis image, or an incomplete one", dir,
@@ -642,10 +644,10 @@ int manifest_read(const char *dir, struct manifest *m, struct stasis_error **err
 	_cleanup_free_ char *text = NULL;
 	int r;
 
-	snprintf(path, sizeof(path), "%s/%s", dir, MANIFEST_NAME);
-	r = read_manifest_text(dir, path, &text, err);
+	r = manifest_read_text(dir, &text, err);
 	if (r < 0)
 		return r;
+	snprintf(path, sizeof(path), "%s/%s", dir, MANIFEST_NAME);
 	r = manifest_from_json(text, m, err);
 	if (r < 0)
 		return stasis_error_wrap(err, "%s", path);

@@ -154,5 +154,8 @@ int manifest_from_json(const char *text, struct manifest *m, struct stasis_error
 
 int manifest_write(const char *dir, const struct manifest *m, struct stasis_error **err);
 int manifest_read(const char *dir, struct manifest *m, struct stasis_error **err);
+/* The text of dir's manifest, as manifest_read reads it: a regular file,
+ * not followed, of MANIFEST_MAX_BYTES at most, with no NUL. */
+int manifest_read_text(const char *dir, char **out, struct stasis_error **err);
 
 #endif

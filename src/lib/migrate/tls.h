@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /* The migration's channel: TCP with TLS authenticated by a pre-shared key
  * (GnuTLS, PSK with ephemeral Diffie-Hellman, TLS 1.3 or 1.2). The only
- * file that knows about GnuTLS. A peer without the key fails the handshake
- * before either end reads a message. Internal to the library. */
+ * file that knows about GnuTLS's TLS (image-seal.c uses its HMAC). A peer
+ * without the key fails the handshake before either end reads a message.
+ * Internal to the library. */
 #ifndef STASIS_TLS_H
 #define STASIS_TLS_H
 

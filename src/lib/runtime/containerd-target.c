@@ -402,7 +402,10 @@ static int containerd_restore_images(struct target *t, struct manifest *m,
 		return stasis_error_set(err, EINVAL, STASIS_DOMAIN_USAGE, 0,
 					"the image's OCI spec is not valid JSON");
 	wrap_dir(t, dir, sizeof(dir));
-	snprintf(work, sizeof(work), "%s/restore-%d", t->dir, (int)getpid());
+	if (t->work[0])
+		snprintf(work, sizeof(work), "%s", t->work);
+	else
+		snprintf(work, sizeof(work), "%s/restore-%d", t->dir, (int)getpid());
 	snprintf(spec_file, sizeof(spec_file), "%s/config.json", dir);
 	snprintf(diff, sizeof(diff), "%s/" ROOTFS_DIFF_NAME, t->images);
 	if (m->container.image) {

@@ -267,7 +267,10 @@ static int runc_restore_images(struct target *t, struct manifest *m,
 	if (fault_at("criu-restore", 0))
 		return stasis_error_set(err, EIO, STASIS_DOMAIN_CRIU, 0,
 					"runc restore failed: injected fault");
-	snprintf(work, sizeof(work), "%s/restore-%d", t->dir, (int)getpid());
+	if (t->work[0])
+		snprintf(work, sizeof(work), "%s", t->work);
+	else
+		snprintf(work, sizeof(work), "%s/restore-%d", t->dir, (int)getpid());
 	r = runc_restore(t->id, t->bundle, t->images, work, err);
 	/* A migration's image was made while the container was paused, and
 	 * CRIU restores the freezer's state too (after the GPU restore). */

@@ -276,7 +276,7 @@ static int tree_restore(struct target *t, struct manifest *m, struct image_verif
 {
 	struct criu_restore_request req = {
 	    .images_dir = image_verifier_criu_dir(verifier),
-	    .work_dir = t->dir,
+	    .work_dir = t->work[0] ? t->work : t->dir,
 	    .log_file = "restore.log",
 	    .detach = t->restore->detach,
 	    .shell_job = m->options.shell_job,
