@@ -157,7 +157,7 @@ fake_tree_intact() {
 # its own too, where a restore here would give it PIDs the GPU restore
 # does not know.
 test_namespaces_gpu_refused() {
-	local d="$TMP/nsgpu" pid opts want
+	local d="$TMP/nsgpu" pid p opts want
 	fake_env "$d"
 	while IFS='|' read -r opts want; do
 		rm -f "$d"/cuda/* "$d"/w/*
@@ -172,7 +172,10 @@ test_namespaces_gpu_refused() {
 		expect_error "PID $pid (fake-cuda-worke) $want" "$STASIS" checkpoint "$pid" -D "$d/img" || return 1
 		echo "unshare $opts: $(cat "$TMP/stderr")"
 		[ ! -e "$d/img" ] || { fail "the refusal left $(find "$d/img")"; return 1; }
-		"$STASIS" ps | grep -q "^$pid .*BLOCKED: .* namespace of its own" || { fail "ps: $("$STASIS" ps)"; return 1; }
+		"$STASIS" ps >"$d/ps"
+		for p in $(tree_pids "$pid"); do
+			grep -q "^$p .*BLOCKED: .* namespace of its own" "$d/ps" || { fail "ps: $(cat "$d/ps")"; return 1; }
+		done
 		fake_tree_intact "$d" || return 1
 		kill_group "$pid"
 		alive "$top" && kill_group "$top"

@@ -241,10 +241,12 @@ bool namespaces_blocker(pid_t pid, bool cuda, char *why, size_t len)
 		snprintf(why, len, "its namespaces cannot be read");
 		return true;
 	}
-	/* As the root of its own tree: whether it is in a tree with the first
-	 * process of its PID namespace is not known here. */
+	/* As the root of its own tree, or, not being the first process of its
+	 * PID namespace, as a process of that first process's tree. */
 	v = namespaces_judge(&self, &ns, &ns, true, cuda, false);
-	if (v.why == NS_RESTORES || v.why == NS_PID_NOT_FIRST)
+	if (v.why == NS_PID_NOT_FIRST)
+		v = namespaces_judge(&self, &ns, &ns, false, cuda, false);
+	if (v.why == NS_RESTORES)
 		return false;
 	if (v.why == NS_FOR_CHILDREN)
 		snprintf(why, len,
