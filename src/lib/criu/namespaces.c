@@ -151,7 +151,7 @@ static void describe(const struct ns_verdict *v, const struct proc_namespaces *p
 			 p->ino[NS_PID]);
 		break;
 	default:
-		snprintf(buf, len, "has namespaces that cannot be read");
+		snprintf(buf, len, "has namespaces CRIU restores");
 		break;
 	}
 }

@@ -47,7 +47,6 @@ enum ns_refusal {
 	NS_FOR_CHILDREN,  /* its children are made in another one */
 	NS_PID_NOT_FIRST, /* a PID namespace of its own, not as its first process */
 	NS_PID_CUDA,	  /* a CUDA process in a PID namespace of its own */
-	NS_UNREADABLE,	  /* /proc/PID/ns cannot be read */
 };
 
 struct ns_verdict {
