@@ -14,6 +14,7 @@
 #include "container.h"
 #include "devfiles.h"
 #include "mappings.h"
+#include "namespaces.h"
 #include "nccl.h"
 #include "nvml.h"
 #include "proc.h"
@@ -100,6 +101,9 @@ static bool describe(pid_t pid, const struct nvml_gpu *gpus, const struct nvml_p
 	else if (cuda && mappings_runs_jax(pid))
 		snprintf(e->blockers, sizeof(e->blockers),
 			 "runs JAX, which can crash while the driver checkpoints it");
+	/* A container's runtime makes its namespaces. */
+	else if (strcmp(e->container, "-") == 0)
+		namespaces_blocker(pid, cuda, e->blockers, sizeof(e->blockers));
 	return true;
 }
 

@@ -19,6 +19,7 @@
 #include "image.h"
 #include "lock.h"
 #include "mappings.h"
+#include "namespaces.h"
 #include "sockets.h"
 #include "nvml.h"
 #include "nccl.h"
@@ -195,6 +196,10 @@ int checkpoint_preflight(struct manifest *m, struct gpu_batch *batch, const char
 
 	if (r == 0)
 		r = describe_gpus(batch, m);
+	/* A migration's destination finds CUDA processes in a PID namespace
+	 * of the tree's own by their PIDs inside it. */
+	if (r == 0)
+		r = namespaces_check(m, !same_machine, err);
 	if (r == 0)
 		r = preflight_gpu_checkpoint(m, err);
 	if (r == 0)

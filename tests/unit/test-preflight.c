@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "namespaces.h"
 #include "peer-limit.h"
 #include "preflight.h"
 #include "shm-remap.h"
@@ -164,12 +165,89 @@ static void shm_remap_folder(void **state)
 	stasis_error_free(err);
 }
 
+/* Namespaces as unshare makes them, judged against stasis's own. */
+static struct proc_namespaces host_namespaces(void)
+{
+	struct proc_namespaces ns = {.ns_pid = 4242};
+
+	for (int k = 0; k < NS_KINDS; k++)
+		ns.ino[k] = 4026531830ul + (unsigned long)k;
+	ns.ino[NS_PID_FOR_CHILDREN] = ns.ino[NS_PID];
+	ns.ino[NS_TIME_FOR_CHILDREN] = ns.ino[NS_TIME];
+	return ns;
+}
+
+static void namespace_verdicts(void **state)
+{
+	const struct proc_namespaces self = host_namespaces();
+	struct proc_namespaces root = self, child = self;
+	struct ns_verdict v;
+
+	(void)state;
+	v = namespaces_judge(&self, &root, &root, true, true, false);
+	assert_int_equal(v.why, NS_RESTORES);
+	/* A network, IPC, UTS and time namespace of the root's own restore. */
+	root.ino[NS_NET] = root.ino[NS_IPC] = root.ino[NS_UTS] = 7;
+	root.ino[NS_TIME] = root.ino[NS_TIME_FOR_CHILDREN] = 8;
+	child = root;
+	assert_int_equal(namespaces_judge(&self, &root, &root, true, true, false).why, NS_RESTORES);
+	assert_int_equal(namespaces_judge(&self, &root, &child, false, true, false).why,
+			 NS_RESTORES);
+	/* User, mount and cgroup namespaces of its own are refused. */
+	for (size_t i = 0; i < 3; i++) {
+		const enum ns_kind lost[] = {NS_USER, NS_MNT, NS_CGROUP};
+		struct proc_namespaces own = root;
+
+		own.ino[lost[i]] = 9;
+		v = namespaces_judge(&self, &own, &own, true, false, false);
+		assert_int_equal(v.why, NS_OWN);
+		assert_int_equal(v.kind, lost[i]);
+	}
+	/* A child in another namespace than the root's, of any kind. */
+	child.ino[NS_NET] = 10;
+	v = namespaces_judge(&self, &root, &child, false, false, false);
+	assert_int_equal(v.why, NS_NESTED);
+	assert_string_equal(namespaces_kind_name(v.kind), "net");
+	/* A process whose children go into a new PID or time namespace. */
+	child = root;
+	child.ino[NS_PID_FOR_CHILDREN] = 11;
+	v = namespaces_judge(&self, &root, &child, false, false, false);
+	assert_int_equal(v.why, NS_FOR_CHILDREN);
+	assert_int_equal(v.kind, NS_PID_FOR_CHILDREN);
+	child = root;
+	child.ino[NS_TIME_FOR_CHILDREN] = 12;
+	assert_int_equal(namespaces_judge(&self, &root, &child, true, false, false).why,
+			 NS_FOR_CHILDREN);
+	/* A PID namespace: only from its first process, and no CUDA process
+	 * unless the restore finds it by its PID inside. */
+	root.ino[NS_PID] = root.ino[NS_PID_FOR_CHILDREN] = 13;
+	root.ns_pid = 1;
+	child = root;
+	child.ns_pid = 2;
+	assert_int_equal(namespaces_judge(&self, &root, &root, true, false, false).why,
+			 NS_RESTORES);
+	assert_int_equal(namespaces_judge(&self, &root, &child, false, false, false).why,
+			 NS_RESTORES);
+	assert_int_equal(namespaces_judge(&self, &root, &child, false, true, false).why,
+			 NS_PID_CUDA);
+	assert_int_equal(namespaces_judge(&self, &root, &child, false, true, true).why,
+			 NS_RESTORES);
+	assert_int_equal(namespaces_judge(&self, &child, &child, true, false, false).why,
+			 NS_PID_NOT_FIRST);
+	/* A kind this kernel lacks (0) is no difference. */
+	child = self;
+	child.ino[NS_TIME] = child.ino[NS_TIME_FOR_CHILDREN] = 0;
+	assert_int_equal(namespaces_judge(&self, &self, &child, false, false, false).why,
+			 NS_RESTORES);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(host_memory_numbers), cmocka_unit_test(dirty_limit_numbers),
 	    cmocka_unit_test(stage_decisions),	   cmocka_unit_test(no_cuda_no_refusal),
 	    cmocka_unit_test(peer_limit_numbers),  cmocka_unit_test(shm_remap_folder),
+	    cmocka_unit_test(namespace_verdicts),
 	};
 
 	return cmocka_run_group_tests_name("preflight", tests, NULL, NULL);
