@@ -3,6 +3,7 @@
  * CRIU dump (the manifest is written while CRIU still holds the tree
  * frozen) -> with leave_running: restore + unlock all. */
 #include <errno.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -451,11 +452,23 @@ int stasis_checkpoint(const struct stasis_checkpoint_options *o, struct manifest
 		      struct stasis_error **err)
 {
 	struct gpu_batch batch = {.lock_timeout_ms = o->lock_timeout_ms};
-	struct target t = {.dir = o->dir, .checkpoint = o};
+	struct stasis_checkpoint_options resolved = *o;
+	struct target t = {.checkpoint = &resolved};
 	uint64_t start = now_usec();
+	char dir[PATH_MAX];
 	struct seal_key key;
 	int r;
 
+	/* From here on the image folder is reached by a path no one but root
+	 * can change. */
+	r = stasis_require_root(err);
+	if (r == 0)
+		r = image_resolve_folder(o->dir, dir, sizeof(dir), err);
+	if (r < 0)
+		return r;
+	resolved.dir = dir;
+	o = &resolved;
+	t.dir = o->dir;
 	if (!batch.lock_timeout_ms)
 		batch.lock_timeout_ms = GPU_DEFAULT_LOCK_TIMEOUT_MS;
 	snprintf(t.images, sizeof(t.images), "%s/%s", o->dir, IMAGE_CRIU_SUBDIR);

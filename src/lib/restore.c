@@ -353,12 +353,22 @@ static void reserve_plugin_environment(void)
 int stasis_restore(const struct stasis_restore_options *o, struct manifest *m, pid_t *root_out,
 		   struct stasis_error **err)
 {
+	struct stasis_restore_options resolved = *o;
 	struct image_verifier *verifier = NULL;
 	uint64_t start = now_usec();
+	char dir[PATH_MAX];
 	int r;
 
 	reserve_plugin_environment();
 	r = stasis_require_root(err);
+	/* From here on the image folder is reached by a path no one but root
+	 * can change. */
+	if (r == 0)
+		r = image_resolve_folder(o->dir, dir, sizeof(dir), err);
+	if (r < 0)
+		return r;
+	resolved.dir = dir;
+	o = &resolved;
 	/* Before the verifier's thread starts: CRIU's environment is made
 	 * then (a variable added while another thread reads the environment
 	 * can free the array under it), and CRIU is started before eight

@@ -298,3 +298,56 @@ test_migrate_lying_receiver() {
 		mig_unhosts
 	done
 }
+
+# A user who owns the folder an image folder is in swaps root's folder for
+# one of theirs (renameat2 RENAME_EXCHANGE, no write on root's folder
+# needed) between two of stasis's steps, in a loop: a checkpoint, a
+# checkpoint of a tree that then dies, and a restore through such a folder
+# (and through a link into it) are refused on one line before anything is
+# read or written, 200 times each while the swap runs; root's files and the
+# user's folder are untouched and the workload runs on. The same image in
+# a folder of root's restores.
+test_image_folder_swapped() {
+	local w="$TMP/swapped" owner swapper i
+	start_workload "$w" || return 1
+	owner=$(mktemp -d /tmp/stasis-e2e-owner-XXXXXX) && chown nobody "$owner" && chmod 755 "$owner"
+	echo "$owner" >>"$TMP/stages"
+	echo "root's own" >"$w/victim" && chmod 600 "$w/victim"
+	mkdir -m 700 "$owner/ckpt"
+	as_nobody mkdir "$owner/theirs" || return 1
+	as_nobody ln -s "$w/victim" "$owner/theirs/manifest.json" || return 1
+	as_nobody ln -s "$w" "$owner/theirs/criu" || return 1
+	ln -s "$owner/ckpt" "$w/link"
+	setsid setpriv --reuid=65534 --regid=65534 --clear-groups /usr/bin/python3 -c '
+import ctypes, os, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+a, b = sys.argv[1].encode(), sys.argv[2].encode()
+end = time.time() + 120
+while time.time() < end:
+    libc.renameat2(-100, a, -100, b, 2)  # RENAME_EXCHANGE' "$owner/ckpt" "$owner/theirs" </dev/null >/dev/null 2>&1 &
+	swapper=$!
+	PIDS+=("$swapper")
+	for i in $(seq 200); do
+		expect_error "is in $owner, a folder that its owner can change" "$STASIS" checkpoint "$pid" -D "$owner/ckpt" ||
+			{ kill_group "$swapper"; fail "checkpoint, try $i"; return 1; }
+	done
+	"$STASIS" checkpoint "$pid" -D "$w/img" --leave-running 2>"$w/err" || { kill_group "$swapper"; fail "$(cat "$w/err")"; return 1; }
+	for i in $(seq 200); do
+		expect_error "is in $owner, a folder that its owner can change" "$STASIS" restore -D "$owner/ckpt" ||
+			{ kill_group "$swapper"; fail "restore, try $i"; return 1; }
+	done
+	expect_error "is in $owner, a folder that its owner can change" "$STASIS" restore -D "$w/link" || { kill_group "$swapper"; return 1; }
+	kill_group "$swapper"
+	[ "$(cat "$w/victim")" = "root's own" ] && [ "$(stat -c '%U %a' "$w/victim")" = "root 600" ] ||
+		{ fail "root's file changed: $(ls -l "$w/victim")"; return 1; }
+	[ -z "$(find "$owner" -mindepth 2 ! -name manifest.json ! -name criu)" ] || { fail "written in $owner: $(find "$owner" -mindepth 2)"; return 1; }
+	runs_on "$w" || return 1
+	# A tree that dies while its checkpoint runs: refused all the same,
+	# before its cleanup could empty a folder.
+	kill -TERM "$pid"
+	reap "$pid"
+	expect_error "is in $owner, a folder that its owner can change" "$STASIS" checkpoint "$pid" -D "$owner/ckpt" || return 1
+	"$STASIS" restore -D "$w/img" --detach >/dev/null 2>"$w/err" || { fail "$(cat "$w/err")"; return 1; }
+	wait_log_grows "$w" 3 || { fail "the restored workload does not run"; return 1; }
+	kill_group "$pid"
+}

@@ -53,6 +53,101 @@ static int check_owned(const char *path, const struct stat *st, struct stasis_er
 	return 0;
 }
 
+/* A folder above the image folder that a user other than root could
+ * change: its owner, or anyone who may write it where it is not sticky and
+ * writable by all, could rename the image folder in it and put one of
+ * their own there between two of stasis's steps, which go by path. In a
+ * sticky folder writable by all (/tmp, /dev/shm) no one else may rename
+ * root's folder. */
+static bool folder_others_can_change(const struct stat *st)
+{
+	bool others = st->st_mode & (S_IWGRP | S_IWOTH);
+
+	return !S_ISDIR(st->st_mode) || st->st_uid != 0 ||
+	       (others && !((st->st_mode & S_ISVTX) && (st->st_mode & S_IWOTH)));
+}
+
+/* Checks each folder of resolved ("/a/b", no link, no "." or "..") above
+ * its last part, from the root down. */
+static int check_ancestors(const char *resolved, const char *given, struct stasis_error **err)
+{
+	char at[PATH_MAX];
+	size_t len = strlen(resolved);
+
+	for (size_t i = 1; i < len; i++) {
+		struct stat st;
+
+		if (resolved[i] != '/')
+			continue;
+		memcpy(at, resolved, i);
+		at[i] = '\0';
+		if (lstat(at, &st) < 0)
+			return stasis_error_errno(err, errno, "image directory %s: %s: %s", given,
+						  at, strerror(errno));
+		if (folder_others_can_change(&st)) {
+			stasis_error_set(
+			    err, EPERM, STASIS_DOMAIN_USAGE, 0,
+			    "image directory %s is in %s, a folder that %s can change "
+			    "(uid %u, mode %04o): it could swap the image folder for its "
+			    "own between two steps",
+			    given, at, st.st_uid ? "its owner" : "a user other than root",
+			    (unsigned int)st.st_uid, (unsigned int)(st.st_mode & 07777));
+			return stasis_error_hint(err, "use a folder whose every parent only root "
+						      "can change (such as /var/lib or /tmp)");
+		}
+	}
+	return 0;
+}
+
+int image_resolve_folder(const char *dir, char *out, size_t size, struct stasis_error **err)
+{
+	char abs[PATH_MAX], real[PATH_MAX];
+	size_t cut;
+	int n;
+
+	if (!dir || !*dir)
+		return stasis_error_set(err, EINVAL, STASIS_DOMAIN_USAGE, 0,
+					"no image directory given");
+	if (dir[0] == '/')
+		n = snprintf(abs, sizeof(abs), "%s", dir);
+	else if (getcwd(real, sizeof(real)))
+		n = snprintf(abs, sizeof(abs), "%s/%s", real, dir);
+	else
+		return stasis_error_errno(err, errno, "image directory %s: %s", dir,
+					  strerror(errno));
+	if (n < 0 || (size_t)n >= sizeof(abs))
+		return stasis_error_set(err, ENAMETOOLONG, STASIS_DOMAIN_USAGE, 0,
+					"image directory %s: name too long", dir);
+	while (n > 1 && abs[n - 1] == '/')
+		abs[--n] = '\0';
+	/* The folder itself may not be there yet: its parent must. */
+	cut = (size_t)n;
+	if (!realpath(abs, real)) {
+		char *slash = strrchr(abs, '/');
+		const char *last = slash + 1;
+
+		if (errno != ENOENT || !*last || !strcmp(last, ".") || !strcmp(last, ".."))
+			return stasis_error_errno(err, errno, "image directory %s: %s", dir,
+						  strerror(errno));
+		cut = (size_t)(slash - abs);
+		abs[cut] = '\0';
+		if (!realpath(cut ? abs : "/", real))
+			return stasis_error_errno(err, errno, "image directory %s: %s", dir,
+						  strerror(errno));
+		abs[cut] = '/';
+		n = snprintf(out, size, "%s%s", strcmp(real, "/") ? real : "", abs + cut);
+	} else {
+		n = snprintf(out, size, "%s", real);
+	}
+	if (n < 0 || (size_t)n >= size)
+		return stasis_error_set(err, ENAMETOOLONG, STASIS_DOMAIN_USAGE, 0,
+					"image directory %s: name too long", dir);
+	if (!strcmp(out, "/"))
+		return stasis_error_set(err, EINVAL, STASIS_DOMAIN_USAGE, 0,
+					"image directory %s is the root folder", dir);
+	return check_ancestors(out, dir, err);
+}
+
 int image_check_folder(const char *dir, struct stasis_error **err)
 {
 	char sub[PATH_MAX];

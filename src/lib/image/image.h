@@ -13,6 +13,14 @@
 /* Added to the name of a compressed pages image. */
 #define IMAGE_PACKED_SUFFIX ".zst"
 
+/* The image folder dir (relative to the working folder, through links),
+ * as an absolute path with no link into out, where every folder above it is
+ * one that no user but root can change (root's, and writable by others
+ * only where sticky and writable by all): then every later step may go by
+ * that path and reach the folder checked. dir itself may not exist yet;
+ * its parent must. An error names the folder that fails. */
+int image_resolve_folder(const char *dir, char *out, size_t size, struct stasis_error **err);
+
 /* DIR must not exist or be empty, and when it exists be root's and
  * writable by root alone; creates DIR and DIR/criu (0700). 1 when it made
  * DIR, 0 when DIR was there (empty), or an error. */
