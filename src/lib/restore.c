@@ -239,6 +239,9 @@ static int restore_verified(const struct stasis_restore_options *o, struct manif
 		r = mappings_link_remap_safe(err);
 	if (r == 0 && m->options.link_remap)
 		r = shm_remap_check(m->options.link_remap_dir, err);
+	/* CRIU's files, verified, say who the processes are: the manifest's. */
+	if (r == 0)
+		r = image_check_processes(image_verifier_criu_dir(verifier), m, err);
 	if (r < 0)
 		return r;
 	if (!t.ops->verifies_in_restore ||

@@ -313,8 +313,10 @@ static int restore(struct receipt *rc, struct stasis_error **err)
 	struct gpu_handoff handoff;
 	uint64_t start = now_usec();
 	bool in_memory;
-	int r = stream_in_stage_pages(rc->in, rc->stage, &in_memory, err), served;
+	int r = image_check_processes(rc->stage, &rc->m, err), served;
 
+	if (r == 0)
+		r = stream_in_stage_pages(rc->in, rc->stage, &in_memory, err);
 	if (r < 0)
 		return r;
 	snprintf(rc->st.pages, sizeof(rc->st.pages), "%s", in_memory ? "served" : "staged");
