@@ -562,16 +562,23 @@ static void take_and_check(void **state)
 	assert_int_equal(image_check_processes(f.dir, &m, NULL), -EPERM);
 	manifest_free(&m);
 
-	/* A container's process started after the preflight: its PID on
-	 * the host is not known. */
+	/* A container's processes, by their PIDs inside: one started after
+	 * the preflight has no PID on the host yet, its parent's as its
+	 * parent. */
 	manifest_init(&m);
 	add(&m, 5000, 4000, "loop")->ns_pid = 100;
-	assert_int_not_equal(image_take_processes(f.dir, &m, NULL), 0);
-	assert_int_equal(m.nprocs, 1);
-	add(&m, 5002, 5000, "sleep")->ns_pid = 102;
+	m.container.runtime = strdup("runc");
+	assert_int_equal(image_take_processes(f.dir, &m, NULL), 0);
+	assert_int_equal(m.nprocs, 2);
+	assert_int_equal(m.procs[0].pid, 5000);
+	assert_int_equal(m.procs[0].ppid, 4000);
+	assert_int_equal(m.procs[1].pid, 0);
+	assert_int_equal(m.procs[1].ns_pid, 102);
+	assert_int_equal(m.procs[1].ppid, 5000);
+	assert_int_equal(image_check_processes(f.dir, &m, NULL), 0);
+	m.procs[1].pid = 5002;
 	assert_int_equal(image_take_processes(f.dir, &m, NULL), 0);
 	assert_int_equal(m.procs[1].pid, 5002);
-	assert_int_equal(m.procs[1].ppid, 5000);
 	assert_int_equal(image_check_processes(f.dir, &m, NULL), 0);
 	manifest_free(&m);
 	remove_image(&f);
@@ -607,6 +614,20 @@ static void manifest_creds(void **state)
 	assert_string_equal(manifest_creds_format(&back.procs[1].creds, ids, sizeof(ids)), "-");
 	manifest_free(&back);
 	manifest_free(&m);
+	/* PID 0: only a PID namespace's process, which has its PID inside. */
+	manifest_init(&back);
+	assert_int_equal(manifest_from_json("{\"format_version\": 1, \"processes\": [{\"pid\": 0, "
+					    "\"ppid\": 7, \"ns_pid\": 12}], \"files\": []}",
+					    &back, NULL),
+			 0);
+	assert_int_equal(back.procs[0].ns_pid, 12);
+	manifest_free(&back);
+	manifest_init(&back);
+	assert_int_not_equal(manifest_from_json("{\"format_version\": 1, \"processes\": [{\"pid\": "
+						"0, \"ppid\": 7}], \"files\": []}",
+						&back, NULL),
+			     0);
+	manifest_free(&back);
 	for (size_t i = 0; i < ARRAY_SIZE(bad); i++) {
 		_cleanup_error_ struct stasis_error *err = NULL;
 

@@ -34,6 +34,16 @@ static ssize_t find_process(const struct manifest *m, bool by_ns, pid_t pid, con
 	return -1;
 }
 
+/* The PID on the host of the process among procs[0..n) whose PID inside
+ * is ns_pid, or 0 where it is not known. */
+static pid_t host_pid(const struct manifest_process *procs, size_t n, pid_t ns_pid)
+{
+	for (size_t i = 0; i < n; i++)
+		if (procs[i].ns_pid == ns_pid)
+			return procs[i].pid;
+	return 0;
+}
+
 int image_take_processes(const char *criu_dir, struct manifest *m, struct stasis_error **err)
 {
 	bool by_ns = keyed_by_ns_pid(m);
@@ -59,21 +69,14 @@ int image_take_processes(const char *criu_dir, struct manifest *m, struct stasis
 		const struct criu_image_process *ip = &tree.procs[i];
 		ssize_t j = find_process(m, by_ns, ip->pid, used);
 
-		if (j < 0 && by_ns) {
-			/* Its PID on the host is not known now. */
-			r = stasis_error_set(err, EAGAIN, STASIS_DOMAIN_IMAGE, 0,
-					     "process %d (in its PID namespace) was started after "
-					     "the preflight",
-					     (int)ip->pid);
-			stasis_error_hint(err, "checkpoint it again");
-			break;
-		}
 		if (j >= 0) {
 			used[j] = true;
 			procs[i] = m->procs[j];
 			m->procs[j].cmdline = NULL; /* moved */
 		} else {
-			procs[i].pid = ip->pid;
+			procs[i].pid = by_ns ? 0 : ip->pid;
+			procs[i].ns_pid = by_ns ? ip->pid : 0;
+			procs[i].ppid = by_ns ? host_pid(procs, i, ip->ppid) : 0;
 			snprintf(procs[i].comm, sizeof(procs[i].comm), "%s", ip->comm);
 		}
 		/* The root's parent is outside the image (CRIU writes 0). */
@@ -83,12 +86,6 @@ int image_take_processes(const char *criu_dir, struct manifest *m, struct stasis
 		procs[i].creds = ip->creds;
 	}
 	criu_image_tree_free(&tree);
-	if (r < 0) {
-		for (size_t i = 0; i < n; i++)
-			free(procs[i].cmdline);
-		free(procs);
-		return r;
-	}
 	/* The processes gone before the freeze. */
 	for (size_t j = 0; j < m->nprocs; j++)
 		free(m->procs[j].cmdline);

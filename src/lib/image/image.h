@@ -61,8 +61,9 @@ void image_pack_free(struct image_packer *p);
 /* After the dump: m's processes become those of CRIU's tree in criu_dir
  * (image-procs.c), each with the credentials the image gives it; what the
  * preflight learned of a process is kept, a process started since is
- * added, one gone before the freeze is dropped. A container's process
- * started since is refused, as its PID on the host is not known. */
+ * added, one gone before the freeze is dropped. Where the image's PIDs
+ * are those inside a PID namespace (a container), a process started
+ * since has its PID inside and 0 as its PID on the host, not known. */
 int image_take_processes(const char *criu_dir, struct manifest *m, struct stasis_error **err);
 
 /* Before a restore runs CRIU: CRIU's tree in criu_dir holds the processes

@@ -437,12 +437,18 @@ static int decode_process(json_object *o, struct manifest *m, struct stasis_erro
 	struct manifest_process *p;
 	json_object *v;
 
-	if (!pid || !ppid || json_object_get_int(pid) <= 0)
+	pid_t ns_pid = (v = field(o, "ns_pid", json_type_int)) ? json_object_get_int(v) : 0;
+
+	/* 0: a process of a PID namespace that its checkpoint's preflight did
+	 * not see; its PID on the host is not known. */
+	if (!pid || !ppid || json_object_get_int(pid) < 0 ||
+	    (json_object_get_int(pid) == 0 && ns_pid <= 0))
 		return corrupt(err, "a process without a valid pid");
 	p = manifest_add_process(m);
 	if (!p)
 		return stasis_error_errno(err, ENOMEM, "out of memory");
 	p->pid = json_object_get_int(pid);
+	p->ns_pid = ns_pid;
 	p->ppid = json_object_get_int(ppid);
 	if (comm)
 		snprintf(p->comm, sizeof(p->comm), "%s", json_object_get_string(comm));
@@ -453,8 +459,6 @@ static int decode_process(json_object *o, struct manifest *m, struct stasis_erro
 	get_u64(o, "checkpoint_us", &p->checkpoint_us);
 	get_u64(o, "restore_us", &p->restore_us);
 	get_u64(o, "unlock_us", &p->unlock_us);
-	if ((v = field(o, "ns_pid", json_type_int)))
-		p->ns_pid = json_object_get_int(v);
 	if ((v = field(o, "device_files", json_type_int)))
 		p->device_files = (unsigned int)json_object_get_int(v);
 	if ((v = field(o, "device_maps", json_type_int)))

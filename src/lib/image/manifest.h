@@ -41,7 +41,7 @@ struct manifest_creds {
 };
 
 struct manifest_process {
-	pid_t pid;
+	pid_t pid; /* 0 for one of a PID namespace that the preflight did not see */
 	pid_t ppid;
 	char comm[32];
 	char *cmdline;

@@ -296,7 +296,8 @@ static void kill_restored(struct receipt *rc)
 	if (rc->root > 0)
 		kill(rc->root, SIGKILL); /* a PID namespace's init takes it all */
 	for (size_t i = 0; i < rc->m.nprocs && !rc->pidns; i++)
-		kill(rc->m.procs[i].pid, SIGKILL);
+		if (rc->m.procs[i].pid > 0)
+			kill(rc->m.procs[i].pid, SIGKILL);
 }
 
 /* CRIU's restore from the staging folder with the GPU restore inside it;
