@@ -348,6 +348,40 @@ static void core_malformed(void **state)
 	}
 }
 
+/* Whole images with random bytes changed, cut short or grown: each is
+ * read or refused, never read past (ASan watches). */
+static void mutated(void **state)
+{
+	struct buf pstree = {.n = 0}, core = {.n = 0}, c = {.n = 0};
+	uint32_t threads[] = {100, 101}, child = 102;
+	unsigned int seed = 49;
+
+	put_head(&pstree, CRIU_PSTREE_MAGIC);
+	pstree_entry(&pstree, 100, 0, threads, 2);
+	pstree_entry(&pstree, 102, 100, &child, 1);
+	creds(&c, 1000, 100);
+	core_file(&core, "python3", &c);
+	for (int i = 0; i < 20000; i++) {
+		const struct buf *whole = i % 2 ? &core : &pstree;
+		size_t len = whole->n + (size_t)(rand_r(&seed) % 3) - 1;
+		uint8_t *b = malloc(len + 1);
+		struct criu_image_tree t;
+		struct criu_image_core out;
+
+		assert_non_null(b);
+		memcpy(b, whole->b, len < whole->n ? len : whole->n);
+		if (len > whole->n)
+			b[whole->n] = (uint8_t)rand_r(&seed);
+		for (int k = rand_r(&seed) % 4; k >= 0 && len; k--)
+			b[(size_t)rand_r(&seed) % len] ^= (uint8_t)(1u << (rand_r(&seed) % 8));
+		if (i % 2 == 0 && criu_image_parse_pstree(b, len, &t, NULL) == 0)
+			criu_image_tree_free(&t);
+		else if (i % 2)
+			criu_image_parse_core(b, len, &out, NULL);
+		free(b);
+	}
+}
+
 /* An image folder: pstree.img and core files. */
 struct folder {
 	char dir[64];
@@ -647,7 +681,8 @@ int main(void)
 	    cmocka_unit_test(pstree_whole),   cmocka_unit_test(pstree_malformed),
 	    cmocka_unit_test(core_whole),     cmocka_unit_test(core_malformed),
 	    cmocka_unit_test(tree_read),      cmocka_unit_test(tree_shapes),
-	    cmocka_unit_test(take_and_check), cmocka_unit_test(manifest_creds),
+	    cmocka_unit_test(mutated),	      cmocka_unit_test(take_and_check),
+	    cmocka_unit_test(manifest_creds),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
