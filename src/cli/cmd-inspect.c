@@ -13,15 +13,21 @@
 
 static void print_processes(FILE *out, const struct manifest *m)
 {
-	char size[32];
+	char size[32], ids[64], pid[16];
 
 	fprintf(out, "processes    %zu\n", m->nprocs);
-	fprintf(out, "  %-8s %-8s %-5s %-10s %s\n", "PID", "PPID", "CUDA", "GPU MEM", "COMMAND");
+	fprintf(out, "  %-8s %-8s %-11s %-5s %-10s %s\n", "PID", "PPID", "UID:GID", "CUDA",
+		"GPU MEM", "COMMAND");
 	for (size_t i = 0; i < m->nprocs; i++) {
 		const struct manifest_process *p = &m->procs[i];
 
-		fprintf(out, "  %-8d %-8d %-5s %-10s %s\n", (int)p->pid, (int)p->ppid,
-			p->cuda ? "yes" : "no",
+		/* 0: a PID namespace's process the preflight did not see. */
+		if (p->pid)
+			snprintf(pid, sizeof(pid), "%d", (int)p->pid);
+		else
+			snprintf(pid, sizeof(pid), "-");
+		fprintf(out, "  %-8s %-8d %-11s %-5s %-10s %s\n", pid, (int)p->ppid,
+			manifest_creds_format(&p->creds, ids, sizeof(ids)), p->cuda ? "yes" : "no",
 			p->cuda ? format_bytes(p->gpu_bytes, size, sizeof(size)) : "-",
 			p->cmdline && *p->cmdline ? p->cmdline : p->comm);
 	}

@@ -83,12 +83,17 @@ static int checkpoint_write_manifest(const char *dir, struct manifest *m, struct
 int checkpoint_seal_image(const char *dir, struct manifest *m, struct image_follower *follower,
 			  struct stasis_error **err)
 {
+	char criu_dir[PATH_MAX];
 	uint64_t start = now_usec();
 	int r;
 
 	/* Test-only: time to kill stasis while it seals. */
 	if (fault_at("seal-slow", 0))
 		sleep(30);
+	snprintf(criu_dir, sizeof(criu_dir), "%s/%s", dir, IMAGE_CRIU_SUBDIR);
+	r = image_take_processes(criu_dir, m, err);
+	if (r < 0)
+		return r;
 	progress_begin("checksumming the image");
 	r = image_checksum(dir, m, follower, err);
 	manifest_add_phase(m, "checksum", now_usec() - start);
@@ -103,6 +108,7 @@ int checkpoint_seal_image(const char *dir, struct manifest *m, struct image_foll
 static int checkpoint_seal_staged(struct target *t, struct manifest *m, struct image_stager *stager,
 				  struct stasis_error **err)
 {
+	char criu_dir[PATH_MAX];
 	uint64_t start = now_usec();
 	int r;
 
@@ -110,6 +116,9 @@ static int checkpoint_seal_staged(struct target *t, struct manifest *m, struct i
 	r = image_stage_commit(stager, m, err);
 	manifest_add_phase(m, "stage_write", now_usec() - start);
 	progress_end();
+	snprintf(criu_dir, sizeof(criu_dir), "%s/%s", t->dir, IMAGE_CRIU_SUBDIR);
+	if (r == 0)
+		r = image_take_processes(criu_dir, m, err);
 	return r < 0 ? r : checkpoint_write_manifest(t->dir, m, err);
 }
 

@@ -47,7 +47,7 @@ int restore_wait_pids_free(const struct manifest *m, struct stasis_error **err)
 		char comm[32], state;
 
 		for (size_t i = 0; i < m->nprocs && !taken; i++)
-			if (proc_state(m->procs[i].pid))
+			if (m->procs[i].pid > 0 && proc_state(m->procs[i].pid))
 				taken = &m->procs[i];
 		if (!taken)
 			return 0;
@@ -307,6 +307,7 @@ static int restore_verified(const struct stasis_restore_options *o, struct manif
 			    struct stasis_error **err)
 {
 	struct target t = {.dir = o->dir, .restore = o};
+	char criu_dir[PATH_MAX];
 	uint64_t start = now_usec();
 	int r = target_for_image(m, o->runtime, &t.ops, err);
 
@@ -317,6 +318,11 @@ static int restore_verified(const struct stasis_restore_options *o, struct manif
 		r = target_restore_names(&t, m, err);
 	if (r == 0 && m->options.link_remap)
 		r = shm_remap_check(m->options.link_remap_dir, err);
+	/* CRIU's files, verified, say who the processes are: the manifest's.
+	 * (A compressed image's stage links to them.) */
+	snprintf(criu_dir, sizeof(criu_dir), "%s/%s", o->dir, IMAGE_CRIU_SUBDIR);
+	if (r == 0)
+		r = image_check_processes(criu_dir, m, err);
 	if (r < 0)
 		return r;
 	if (!t.ops->verifies_in_restore ||

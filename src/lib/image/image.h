@@ -67,6 +67,20 @@ int image_pack_finish(struct image_packer *p, struct manifest *m, struct stasis_
 /* Stops the threads and removes the staging folder. */
 void image_pack_free(struct image_packer *p);
 
+/* After the dump: m's processes become those of CRIU's tree in criu_dir
+ * (image-procs.c), each with the credentials the image gives it; what the
+ * preflight learned of a process is kept, a process started since is
+ * added, one gone before the freeze is dropped. Where the image's PIDs
+ * are those inside a PID namespace (a container), a process started
+ * since has its PID inside and 0 as its PID on the host, not known. */
+int image_take_processes(const char *criu_dir, struct manifest *m, struct stasis_error **err);
+
+/* Before a restore runs CRIU: CRIU's tree in criu_dir holds the processes
+ * m lists, with the credentials m states, or an error names the first
+ * that differs. */
+int image_check_processes(const char *criu_dir, const struct manifest *m,
+			  struct stasis_error **err);
+
 /* m's image_bytes: the sum of its files' sizes. */
 void image_count_bytes(struct manifest *m);
 

@@ -2,6 +2,7 @@
 #include "manifest.h"
 
 #include <ctype.h>
+#include <stddef.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <json-c/json.h>
@@ -121,6 +122,26 @@ size_t manifest_cuda_count(const struct manifest *m)
 	return n;
 }
 
+bool manifest_creds_equal(const struct manifest_creds *a, const struct manifest_creds *b)
+{
+	return a->uid == b->uid && a->euid == b->euid && a->suid == b->suid &&
+	       a->fsuid == b->fsuid && a->gid == b->gid && a->egid == b->egid &&
+	       a->sgid == b->sgid && a->fsgid == b->fsgid;
+}
+
+const char *manifest_creds_format(const struct manifest_creds *c, char *buf, size_t len)
+{
+	if (!c->known)
+		snprintf(buf, len, "-");
+	else if (c->uid == c->euid && c->uid == c->suid && c->uid == c->fsuid &&
+		 c->gid == c->egid && c->gid == c->sgid && c->gid == c->fsgid)
+		snprintf(buf, len, "%u:%u", c->uid, c->gid);
+	else
+		snprintf(buf, len, "%u,%u,%u,%u:%u,%u,%u,%u", c->uid, c->euid, c->suid, c->fsuid,
+			 c->gid, c->egid, c->sgid, c->fsgid);
+	return buf;
+}
+
 const struct manifest_process *manifest_root(const struct manifest *m)
 {
 	for (size_t i = 0; i < m->nprocs; i++) {
@@ -146,6 +167,31 @@ static void add_str(json_object *o, const char *key, const char *value)
 static void add_u64(json_object *o, const char *key, uint64_t value)
 {
 	json_object_object_add(o, key, json_object_new_uint64(value));
+}
+
+/* A manifest_creds's IDs by their names in the manifest. */
+static const struct {
+	const char *name;
+	size_t offset;
+} creds_fields[] = {
+    {"uid", offsetof(struct manifest_creds, uid)},
+    {"euid", offsetof(struct manifest_creds, euid)},
+    {"suid", offsetof(struct manifest_creds, suid)},
+    {"fsuid", offsetof(struct manifest_creds, fsuid)},
+    {"gid", offsetof(struct manifest_creds, gid)},
+    {"egid", offsetof(struct manifest_creds, egid)},
+    {"sgid", offsetof(struct manifest_creds, sgid)},
+    {"fsgid", offsetof(struct manifest_creds, fsgid)},
+};
+
+static json_object *creds_to_json(const struct manifest_creds *c)
+{
+	json_object *o = json_object_new_object();
+
+	for (size_t i = 0; i < ARRAY_SIZE(creds_fields); i++)
+		add_u64(o, creds_fields[i].name,
+			*(const uint32_t *)((const char *)c + creds_fields[i].offset));
+	return o;
 }
 
 static json_object *process_to_json(const struct manifest *m, const struct manifest_process *p)
@@ -179,6 +225,10 @@ static json_object *process_to_json(const struct manifest *m, const struct manif
 		add_u64(o, "restore_us", p->restore_us);
 		add_u64(o, "unlock_us", p->unlock_us);
 	}
+	if (p->zombie)
+		json_object_object_add(o, "zombie", json_object_new_boolean(true));
+	if (p->creds.known)
+		json_object_object_add(o, "creds", creds_to_json(&p->creds));
 	return o;
 }
 
@@ -355,6 +405,29 @@ static int decode_gpus(json_object *root, struct manifest *m, struct stasis_erro
 	return 0;
 }
 
+/* Every ID there, each a number that fits 32 bits; the whole object
+ * missing leaves c unknown. */
+static int decode_creds(json_object *o, struct manifest_creds *c, struct stasis_error **err)
+{
+	json_object *creds, *v;
+
+	if (!json_object_object_get_ex(o, "creds", &creds))
+		return 0;
+	if (!json_object_is_type(creds, json_type_object))
+		return corrupt(err, "a process's creds are not an object");
+	for (size_t i = 0; i < ARRAY_SIZE(creds_fields); i++) {
+		int64_t id;
+
+		v = field(creds, creds_fields[i].name, json_type_int);
+		id = v ? json_object_get_int64(v) : -1;
+		if (id < 0 || id > UINT32_MAX)
+			return corrupt(err, "a process's creds lack a valid ID");
+		*(uint32_t *)((char *)c + creds_fields[i].offset) = (uint32_t)id;
+	}
+	c->known = true;
+	return 0;
+}
+
 static int decode_process(json_object *o, struct manifest *m, struct stasis_error **err)
 {
 	json_object *pid = field(o, "pid", json_type_int);
@@ -364,12 +437,18 @@ static int decode_process(json_object *o, struct manifest *m, struct stasis_erro
 	struct manifest_process *p;
 	json_object *v;
 
-	if (!pid || !ppid || json_object_get_int(pid) <= 0)
+	pid_t ns_pid = (v = field(o, "ns_pid", json_type_int)) ? json_object_get_int(v) : 0;
+
+	/* 0: a process of a PID namespace that its checkpoint's preflight did
+	 * not see; its PID on the host is not known. */
+	if (!pid || !ppid || json_object_get_int(pid) < 0 ||
+	    (json_object_get_int(pid) == 0 && ns_pid <= 0))
 		return corrupt(err, "a process without a valid pid");
 	p = manifest_add_process(m);
 	if (!p)
 		return stasis_error_errno(err, ENOMEM, "out of memory");
 	p->pid = json_object_get_int(pid);
+	p->ns_pid = ns_pid;
 	p->ppid = json_object_get_int(ppid);
 	if (comm)
 		snprintf(p->comm, sizeof(p->comm), "%s", json_object_get_string(comm));
@@ -380,12 +459,13 @@ static int decode_process(json_object *o, struct manifest *m, struct stasis_erro
 	get_u64(o, "checkpoint_us", &p->checkpoint_us);
 	get_u64(o, "restore_us", &p->restore_us);
 	get_u64(o, "unlock_us", &p->unlock_us);
-	if ((v = field(o, "ns_pid", json_type_int)))
-		p->ns_pid = json_object_get_int(v);
 	if ((v = field(o, "device_files", json_type_int)))
 		p->device_files = (unsigned int)json_object_get_int(v);
 	if ((v = field(o, "device_maps", json_type_int)))
 		p->device_maps = (unsigned int)json_object_get_int(v);
+	p->zombie = get_bool(o, "zombie");
+	if (decode_creds(o, &p->creds, err) < 0)
+		return -EINVAL;
 	for (size_t i = 0; gpus && i < json_object_array_length(gpus); i++) {
 		const char *uuid = json_object_get_string(json_object_array_get_idx(gpus, i));
 		int idx = uuid ? gpu_index_by_uuid(m, uuid) : -1;

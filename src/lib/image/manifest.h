@@ -32,8 +32,16 @@ struct manifest_gpu {
 	int minor; /* N of its /dev/nvidiaN, -1 when unknown */
 };
 
+/* A process's user and group IDs, as CRIU's image states them (every
+ * thread's the same): the ones its restore gives it. */
+struct manifest_creds {
+	bool known; /* recorded; an image made before they were has none */
+	uint32_t uid, euid, suid, fsuid;
+	uint32_t gid, egid, sgid, fsgid;
+};
+
 struct manifest_process {
-	pid_t pid;
+	pid_t pid; /* 0 for one of a PID namespace that the preflight did not see */
 	pid_t ppid;
 	char comm[32];
 	char *cmdline;
@@ -46,6 +54,8 @@ struct manifest_process {
 	unsigned int device_files;	     /* /dev/nvidia* descriptors saved by the plugin */
 	unsigned int device_maps;	     /* /dev/nvidia* mappings kept as reservations */
 	pid_t ns_pid;			     /* its PID inside its PID namespace (containers) */
+	bool zombie; /* saved as a zombie: restored as one, without credentials */
+	struct manifest_creds creds;
 };
 
 /* A container image: what a restore elsewhere needs to know. */
@@ -142,6 +152,14 @@ int manifest_check_complete(const struct manifest *m, struct stasis_error **err)
 
 /* How many of m's processes had their GPU state checkpointed. */
 size_t manifest_cuda_count(const struct manifest *m);
+
+/* The same IDs (whether known aside). */
+bool manifest_creds_equal(const struct manifest_creds *a, const struct manifest_creds *b);
+
+/* "UID:GID" where each is the same real, effective, saved and file
+ * system ID, else "UID,EUID,SUID,FSUID:GID,EGID,SGID,FSGID"; "-" when not
+ * known. Returns buf. */
+const char *manifest_creds_format(const struct manifest_creds *c, char *buf, size_t len);
 
 /* The process whose parent is outside the image: the root of the tree. */
 const struct manifest_process *manifest_root(const struct manifest *m);

@@ -296,7 +296,8 @@ static void kill_restored(struct receipt *rc)
 	if (rc->root > 0)
 		kill(rc->root, SIGKILL); /* a PID namespace's init takes it all */
 	for (size_t i = 0; i < rc->m.nprocs && !rc->pidns; i++)
-		kill(rc->m.procs[i].pid, SIGKILL);
+		if (rc->m.procs[i].pid > 0)
+			kill(rc->m.procs[i].pid, SIGKILL);
 }
 
 /* CRIU's restore from the staging folder with the GPU restore inside it;
@@ -313,8 +314,10 @@ static int restore(struct receipt *rc, struct stasis_error **err)
 	struct gpu_handoff handoff;
 	uint64_t start = now_usec();
 	bool in_memory;
-	int r = stream_in_stage_pages(rc->in, rc->stage, &in_memory, err), served;
+	int r = image_check_processes(rc->stage, &rc->m, err), served;
 
+	if (r == 0)
+		r = stream_in_stage_pages(rc->in, rc->stage, &in_memory, err);
 	if (r < 0)
 		return r;
 	snprintf(rc->st.pages, sizeof(rc->st.pages), "%s", in_memory ? "served" : "staged");

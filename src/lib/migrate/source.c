@@ -223,6 +223,9 @@ static int on_held(void *ctx)
 	if (r == 0)
 		r = checkpoint_check_interrupted("sigterm-before-manifest", "sending the manifest",
 						 mig.err);
+	/* The processes are those CRIU saved, which the destination checks. */
+	if (r == 0)
+		r = image_take_processes(mig.stage, mig.m, mig.err);
 	if (r == 0)
 		r = send_staged(mig.err);
 	if (r == 0)

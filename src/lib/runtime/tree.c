@@ -53,9 +53,16 @@ static int tree_find(struct target *t, struct stasis_error **err)
 
 static int tree_describe(struct target *t, struct manifest *m, struct stasis_error **err)
 {
+	int r;
+
 	m->options.shell_job = t->checkpoint->shell_job;
 	m->options.tcp_established = t->checkpoint->tcp_established;
-	return proc_tree_describe(t->root, m, err);
+	r = proc_tree_describe(t->root, m, err);
+	/* The init of its own PID namespace: CRIU's image has the PIDs inside. */
+	if (r == 0 && proc_ns_pid(t->root) == 1)
+		for (size_t i = 0; i < m->nprocs; i++)
+			m->procs[i].ns_pid = proc_ns_pid(m->procs[i].pid);
+	return r;
 }
 
 /* What the post-dump notification needs: CRIU calls back without a
@@ -320,7 +327,8 @@ static void tree_destroy(struct target *t, struct manifest *m, pid_t root, bool 
 	if (!restored)
 		return;
 	for (size_t i = 0; i < m->nprocs; i++)
-		kill(m->procs[i].pid, SIGKILL);
+		if (m->procs[i].pid > 0)
+			kill(m->procs[i].pid, SIGKILL);
 	tree_wait_gone(m);
 	stasis_error_wrap(err, "GPU restore failed");
 	stasis_error_hint(err, "the half-restored tree was killed; the image is intact, restore "
