@@ -183,6 +183,28 @@ static void hung_lock_times_out(void **state)
 	gpu_batch_free(&b);
 }
 
+/* Several tries (NCCL ranks): the ones before the last are short, the last
+ * has the whole timeout; one try has the whole timeout. */
+static void lock_tries_start_short(void **state)
+{
+	struct gpu_batch b = {.lock_timeout_ms = 10000, .lock_rounds = 3};
+
+	(void)state;
+	assert_int_equal(gpu_lock_try_timeout(&b, 1), 2000);
+	assert_int_equal(gpu_lock_try_timeout(&b, 2), 4000);
+	assert_int_equal(gpu_lock_try_timeout(&b, 3), 10000);
+	b.lock_timeout_ms = 3000;
+	assert_int_equal(gpu_lock_try_timeout(&b, 1), 2000);
+	assert_int_equal(gpu_lock_try_timeout(&b, 2), 3000);
+	b.lock_timeout_ms = 500;
+	assert_int_equal(gpu_lock_try_timeout(&b, 1), 500);
+	b.lock_rounds = 1;
+	b.lock_timeout_ms = 10000;
+	assert_int_equal(gpu_lock_try_timeout(&b, 1), 10000);
+	b.lock_rounds = 0;
+	assert_int_equal(gpu_lock_try_timeout(&b, 1), 10000);
+}
+
 static void failed_resume_rolls_back(void **state)
 {
 	char spec[64], needle[64];
@@ -349,6 +371,7 @@ int main(void)
 	    cmocka_unit_test_setup(rollback_paths, setup),
 	    cmocka_unit_test_setup(managed_memory_hint, setup),
 	    cmocka_unit_test_setup(hung_lock_times_out, setup),
+	    cmocka_unit_test(lock_tries_start_short),
 	    cmocka_unit_test_setup(failed_resume_rolls_back, setup),
 	    cmocka_unit_test_setup(exited_process_named, setup),
 	    cmocka_unit_test_setup(gpu_plan, setup),

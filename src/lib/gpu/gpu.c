@@ -2,6 +2,7 @@
 #include "gpu.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -20,6 +21,10 @@
 
 /* Between rounds of a lock that timed out (gpu_batch.lock_rounds). */
 #define LOCK_ROUND_PAUSE_US 200000
+/* The first of several tries' timeout, doubled each try before the last:
+ * a rank whose kernels are not held by a locked peer locks in
+ * milliseconds; one whose are never locks, whatever the wait. */
+#define LOCK_FIRST_TRY_MS 2000u
 
 int gpu_batch_add(struct gpu_batch *batch, pid_t pid)
 {
@@ -98,7 +103,8 @@ static cuda_result do_lock(const struct gpu_batch *batch, pid_t pid)
 	cuda_result r = CUDA_RES_SUCCESS;
 
 	for (int attempt = 0; attempt <= LOCK_RETRIES; attempt++) {
-		r = cuda_lock(pid, batch->lock_timeout_ms);
+		r = cuda_lock(pid, batch->lock_try_timeout_ms ? batch->lock_try_timeout_ms
+							      : batch->lock_timeout_ms);
 		if (r != CUDA_RES_ILLEGAL_STATE && r != CUDA_RES_NOT_INITIALIZED)
 			return r;
 		usleep(LOCK_RETRY_DELAY_US);
@@ -238,10 +244,23 @@ static bool lock_timed_out(const struct gpu_batch *batch)
 	return timed_out;
 }
 
+unsigned int gpu_lock_try_timeout(const struct gpu_batch *batch, unsigned int round)
+{
+	unsigned int shift = round > 1 ? round - 1 : 0;
+	unsigned int early = shift < 16 ? LOCK_FIRST_TRY_MS << shift : UINT_MAX;
+
+	if (round >= batch->lock_rounds || early >= batch->lock_timeout_ms)
+		return batch->lock_timeout_ms;
+	return early;
+}
+
 static int lock_tries(struct gpu_batch *batch, struct stasis_error **err)
 {
 	for (unsigned int round = 1;; round++) {
-		int r = run_parallel(batch, GPU_STEP_LOCK, err);
+		int r;
+
+		batch->lock_try_timeout_ms = gpu_lock_try_timeout(batch, round);
+		r = run_parallel(batch, GPU_STEP_LOCK, err);
 
 		batch->lock_tries = round;
 		if (r == 0 || round >= batch->lock_rounds || !lock_timed_out(batch))

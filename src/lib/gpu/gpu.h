@@ -37,6 +37,10 @@ struct gpu_batch {
 	 * kernel for the locked rank); unlocked, the ranks run on, and a
 	 * later try most often finds them between collectives. */
 	unsigned int lock_rounds;
+	/* The timeout of the try under way (gpu_lock_all sets it): where there
+	 * are several, the tries before the last are short (lock_try_timeout),
+	 * so that a refusal does not take lock_rounds times lock_timeout_ms. */
+	unsigned int lock_try_timeout_ms;
 	/* How many tries the last gpu_lock_all took; its cuda_lock time spans
 	 * them all, with the rollbacks and pauses between. */
 	unsigned int lock_tries;
@@ -64,6 +68,12 @@ int gpu_suspend(struct gpu_batch *batch, struct stasis_error **err);
 
 /* restore all (with the batch's GPU pairs), then unlock all, in parallel. */
 int gpu_resume(struct gpu_batch *batch, struct stasis_error **err);
+
+/* The timeout of try round (from 1) of batch's lock: the whole
+ * lock_timeout_ms for the last (or only) try, 2 s doubled each try before
+ * it where that is shorter (three tries of NCCL ranks at the default 10 s:
+ * 2, 4 and 10 s, where they took 30 s). */
+unsigned int gpu_lock_try_timeout(const struct gpu_batch *batch, unsigned int round);
 
 /* Lock only, or checkpoint only (for callers that step through). */
 int gpu_lock_all(struct gpu_batch *batch, struct stasis_error **err);
