@@ -166,7 +166,7 @@ static int liar(const char *listen_addr, const char *keyfile, bool partial)
 		return 1;
 	printf("listening\n");
 	fflush(stdout);
-	if (tls_accept_fd(lfd, &fd, peer, sizeof(peer)) < 0 ||
+	if (tls_accept_fd(lfd, &fd, NULL, peer, sizeof(peer)) < 0 ||
 	    tls_serve(fd, peer, &key, 15000, &ch, &err) < 0)
 		return 1;
 	if (msg_recv(ch, "the source", 30000, &h, buf, &err) < 0 || h.type != WIRE_HELLO)

@@ -121,7 +121,7 @@ static void *accept_thread(void *arg)
 
 		if (poll(&p, 1, ACCEPT_STEP_MS) <= 0)
 			continue;
-		if (tls_accept_fd(g->lfd, &fd, peer, sizeof(peer)) == 0)
+		if (tls_accept_fd(g->lfd, &fd, NULL, peer, sizeof(peer)) == 0)
 			start_handshake(g, fd, peer);
 	}
 	return NULL;

@@ -56,6 +56,11 @@ static void channel_free(struct tls_channel *ch)
 	free(ch);
 }
 
+void tls_drop(struct tls_channel *ch)
+{
+	channel_free(ch);
+}
+
 void tls_close(struct tls_channel *ch)
 {
 	/* The close notice is one try: a peer that reads nothing must not
@@ -133,15 +138,16 @@ static int handshake_failed(struct tls_channel *ch, int r, int limit_ms, struct 
 	return stasis_error_hint(err, "is it a stasis at the other end?");
 }
 
-/* The session on ch->fd, with the PSK credentials, and its handshake,
- * which must end within limit_ms. */
-static int handshake(struct tls_channel *ch, bool server, int limit_ms, struct stasis_error **err)
+/* The session on ch->fd, with the PSK credentials; its handshake ends
+ * within limit_ms, or, with 0, never waits (the socket is non-blocking and
+ * the caller keeps the time). */
+static int session_new(struct tls_channel *ch, bool server, int limit_ms, struct stasis_error **err)
 {
-	uint64_t start = now_usec();
 	gnutls_datum_t k = {.data = ch->key->data, .size = (unsigned int)ch->key->len};
+	unsigned int flags = (server ? GNUTLS_SERVER : GNUTLS_CLIENT) | GNUTLS_NO_SIGNAL;
 	int r;
 
-	r = gnutls_init(&ch->session, (server ? GNUTLS_SERVER : GNUTLS_CLIENT) | GNUTLS_NO_SIGNAL);
+	r = gnutls_init(&ch->session, limit_ms ? flags : flags | GNUTLS_NONBLOCK);
 	if (r == 0 && server) {
 		r = gnutls_psk_allocate_server_credentials(&ch->server);
 		if (r == 0)
@@ -164,6 +170,17 @@ static int handshake(struct tls_channel *ch, bool server, int limit_ms, struct s
 					gnutls_strerror(r));
 	gnutls_transport_set_int(ch->session, ch->fd);
 	gnutls_handshake_set_timeout(ch->session, (unsigned int)limit_ms);
+	return 0;
+}
+
+/* The session and its handshake, which must end within limit_ms. */
+static int handshake(struct tls_channel *ch, bool server, int limit_ms, struct stasis_error **err)
+{
+	uint64_t start = now_usec();
+	int r = session_new(ch, server, limit_ms, err);
+
+	if (r < 0)
+		return r;
 	do {
 		int over = wait_over(start, limit_ms);
 
@@ -176,6 +193,15 @@ static int handshake(struct tls_channel *ch, bool server, int limit_ms, struct s
 	return r < 0 ? auth_failed(ch, r, server, err) : 0;
 }
 
+/* Sends and receives wait, in steps (tune_socket). */
+static void set_blocking(int fd)
+{
+	int fl = fcntl(fd, F_GETFL);
+
+	if (fl >= 0 && (fl & O_NONBLOCK))
+		fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+}
+
 /* The handshake on a connected ch, which goes to *out, or is freed. */
 static int authenticate(struct tls_channel *ch, bool server, int limit_ms, struct tls_channel **out,
 			struct stasis_error **err)
@@ -184,6 +210,7 @@ static int authenticate(struct tls_channel *ch, bool server, int limit_ms, struc
 
 	ch->io_timeout_ms = TLS_IO_TIMEOUT_MS;
 	tune_socket(ch->fd);
+	set_blocking(ch->fd);
 	r = handshake(ch, server, limit_ms, err);
 	if (r < 0) {
 		channel_free(ch);
@@ -259,7 +286,6 @@ int tls_connect(const char *addr, const struct tls_key *key, struct tls_channel 
 		stasis_error_errno(err, -r, "cannot connect to %s: %s", addr, strerror(-r));
 		return stasis_error_hint(err, "start 'stasis receive --listen' there first");
 	}
-	fcntl(ch->fd, F_SETFL, 0);
 	return authenticate(ch, false, TLS_CLIENT_HANDSHAKE_MS, out, err);
 }
 
@@ -287,34 +313,87 @@ int tls_listen(const char *addr, int *fd_out, struct stasis_error **err)
 	return 0;
 }
 
-int tls_accept_fd(int lfd, int *fd, char *peer, size_t len)
+int tls_accept_fd(int lfd, int *fd, struct sockaddr_storage *sa, char *peer, size_t len)
 {
-	struct sockaddr_storage sa;
-	socklen_t salen = sizeof(sa);
+	struct sockaddr_storage own;
+	socklen_t salen = sizeof(own);
 	char host[96] = "?", port[16] = "?";
 
-	*fd = accept4(lfd, (struct sockaddr *)&sa, &salen, SOCK_CLOEXEC);
+	if (!sa)
+		sa = &own;
+	*fd = accept4(lfd, (struct sockaddr *)sa, &salen, SOCK_CLOEXEC | SOCK_NONBLOCK);
 	if (*fd < 0)
 		return -errno;
-	getnameinfo((struct sockaddr *)&sa, salen, host, sizeof(host), port, sizeof(port),
+	getnameinfo((struct sockaddr *)sa, salen, host, sizeof(host), port, sizeof(port),
 		    NI_NUMERICHOST | NI_NUMERICSERV);
 	snprintf(peer, len, "%s:%s", host, port);
 	return 0;
 }
 
-int tls_serve(int fd, const char *peer, const struct tls_key *key, int limit_ms,
-	      struct tls_channel **out, struct stasis_error **err)
+static struct tls_channel *server_channel(int fd, const char *peer, const struct tls_key *key)
 {
 	struct tls_channel *ch = calloc(1, sizeof(*ch));
 
 	if (!ch) {
 		close(fd);
-		return stasis_error_errno(err, ENOMEM, "out of memory");
+		return NULL;
 	}
 	ch->key = key;
 	ch->fd = fd;
 	snprintf(ch->peer, sizeof(ch->peer), "%s", peer);
+	return ch;
+}
+
+int tls_serve(int fd, const char *peer, const struct tls_key *key, int limit_ms,
+	      struct tls_channel **out, struct stasis_error **err)
+{
+	struct tls_channel *ch = server_channel(fd, peer, key);
+
+	if (!ch)
+		return stasis_error_errno(err, ENOMEM, "out of memory");
 	return authenticate(ch, true, limit_ms, out, err);
+}
+
+int tls_serve_begin(int fd, const char *peer, const struct tls_key *key, struct tls_channel **out,
+		    struct stasis_error **err)
+{
+	struct tls_channel *ch = server_channel(fd, peer, key);
+	int r;
+
+	if (!ch)
+		return stasis_error_errno(err, ENOMEM, "out of memory");
+	ch->io_timeout_ms = TLS_IO_TIMEOUT_MS;
+	tune_socket(ch->fd);
+	r = session_new(ch, true, 0, err);
+	if (r < 0) {
+		channel_free(ch);
+		return r;
+	}
+	*out = ch;
+	return 0;
+}
+
+/* Retries for what GnuTLS calls a non-fatal error other than waiting (a
+ * warning alert): a peer cannot keep a step going with them. */
+#define STEP_RETRIES 4
+
+int tls_serve_step(struct tls_channel *ch, short *events, struct stasis_error **err)
+{
+	int r, tries = 0;
+
+	do
+		r = gnutls_handshake(ch->session);
+	while (r < 0 && r != GNUTLS_E_AGAIN && r != GNUTLS_E_INTERRUPTED &&
+	       !gnutls_error_is_fatal(r) && ++tries < STEP_RETRIES);
+	if (r == 0) {
+		set_blocking(ch->fd);
+		return 1;
+	}
+	if (r == GNUTLS_E_AGAIN || r == GNUTLS_E_INTERRUPTED || !gnutls_error_is_fatal(r)) {
+		*events = gnutls_record_get_direction(ch->session) ? POLLOUT : POLLIN;
+		return 0;
+	}
+	return auth_failed(ch, r, true, err);
 }
 
 static int io_error(ssize_t r)
