@@ -27,6 +27,9 @@
 	"-CIPHER-ALL:+AES-128-GCM:+AES-256-GCM:+CHACHA20-POLY1305"
 #define TLS_IDENTITY "stasis-migrate"
 #define CONNECT_MS 10000
+/* Connections accepted by the kernel, not yet by the gate (the kernel caps
+ * it at net.core.somaxconn). */
+#define LISTEN_QUEUE 1024
 /* Every wait on the socket is cut in steps of this (SO_RCVTIMEO and
  * SO_SNDTIMEO), so that a signal or a deadline is seen within it. */
 #define IO_STEP_MS 250
@@ -299,8 +302,10 @@ int tls_listen(const char *addr, int *fd_out, struct stasis_error **err)
 	fd = socket(res->ai_family, res->ai_socktype | SOCK_CLOEXEC, 0);
 	if (fd >= 0)
 		setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on));
-	/* Connections wait in the kernel only until the gate takes them. */
-	if (fd < 0 || bind(fd, res->ai_addr, res->ai_addrlen) < 0 || listen(fd, 64) < 0) {
+	/* Connections wait in the kernel only until the gate takes them; the
+	 * queue holds a flood's burst, as a full one drops the next SYN, a
+	 * real peer's too, which its kernel sends again only after 1 s. */
+	if (fd < 0 || bind(fd, res->ai_addr, res->ai_addrlen) < 0 || listen(fd, LISTEN_QUEUE) < 0) {
 		r = -errno;
 		freeaddrinfo(res);
 		if (fd >= 0)
