@@ -112,15 +112,29 @@ static int server_key(gnutls_session_t s, const char *username, gnutls_datum_t *
 	return 0;
 }
 
+/* A handshake that failed: refused (EACCES), or, for a client, its
+ * connection closed or reset before the handshake ended (ECONNRESET),
+ * which tls_connect tries again; a receiver's refusal comes with an
+ * alert. */
 static int auth_failed(struct tls_channel *ch, int r, bool server, struct stasis_error **err)
 {
-	stasis_error_set(err, EACCES, STASIS_DOMAIN_SYSTEM, r, "TLS handshake with %s failed: %s",
-			 ch->peer, gnutls_strerror(r));
+	bool cut = !server && (r == GNUTLS_E_PREMATURE_TERMINATION || r == GNUTLS_E_PULL_ERROR ||
+			       r == GNUTLS_E_PUSH_ERROR);
+	const char *alert = r == GNUTLS_E_FATAL_ALERT_RECEIVED
+				? gnutls_alert_get_name(gnutls_alert_get(ch->session))
+				: NULL;
+	int status = cut ? ECONNRESET : EACCES;
+
+	stasis_error_set(err, status, STASIS_DOMAIN_SYSTEM, r,
+			 "TLS handshake with %s failed: %s%s%s%s", ch->peer, gnutls_strerror(r),
+			 alert ? " Alert: " : "", alert ? alert : "", alert ? "." : "");
 	if (server)
-		return stasis_error_hint(err, "the peer was refused before it could send "
-					      "anything; both ends need the same key file");
-	return stasis_error_hint(err, "both ends need the same key file; is a stasis "
-				      "receive listening there?");
+		stasis_error_hint(err, "the peer was refused before it could send anything; both "
+				       "ends need the same key file");
+	else
+		stasis_error_hint(err, "both ends need the same key file; is a stasis receive "
+				       "listening there?");
+	return -status;
 }
 
 /* Whether a wait that has moved nothing since last (now_usec) must end:
@@ -263,8 +277,8 @@ static int resolve(const char *addr, bool passive, struct addrinfo **res, struct
 	return 0;
 }
 
-int tls_connect(const char *addr, const struct tls_key *key, struct tls_channel **out,
-		struct stasis_error **err)
+static int connect_once(const char *addr, const struct tls_key *key, struct tls_channel **out,
+			struct stasis_error **err)
 {
 	struct addrinfo *res = NULL;
 	struct tls_channel *ch;
@@ -291,9 +305,34 @@ int tls_connect(const char *addr, const struct tls_key *key, struct tls_channel 
 		ch->fd = -1;
 		channel_free(ch);
 		stasis_error_errno(err, -r, "cannot connect to %s: %s", addr, strerror(-r));
-		return stasis_error_hint(err, "start 'stasis receive --listen' there first");
+		stasis_error_hint(err, "start 'stasis receive --listen' there first");
+		return r;
 	}
 	return authenticate(ch, false, TLS_CLIENT_HANDSHAKE_MS, out, err);
+}
+
+/* A receiver flooded from this machine's own address may push out a
+ * connection of ours that has not spoken yet (its gate keeps 8 per
+ * address): a connection closed or reset before the handshake ended is
+ * tried again, CONNECT_TRIES in all. Nothing has been said by then. */
+#define CONNECT_TRIES 3
+#define CONNECT_PAUSE_MS 100
+
+int tls_connect(const char *addr, const struct tls_key *key, struct tls_channel **out,
+		struct stasis_error **err)
+{
+	int r;
+
+	for (int tries = 1;; tries++) {
+		r = connect_once(addr, key, out, err);
+		if (r != -ECONNRESET || tries == CONNECT_TRIES || stasis_interrupted())
+			return r;
+		if (err) {
+			stasis_error_free(*err);
+			*err = NULL;
+		}
+		usleep(CONNECT_PAUSE_MS * 1000);
+	}
 }
 
 int tls_listen(const char *addr, int *fd_out, struct stasis_error **err)
@@ -402,6 +441,10 @@ int tls_serve_step(struct tls_channel *ch, short *events, struct stasis_error **
 		*events = gnutls_record_get_direction(ch->session) ? POLLOUT : POLLIN;
 		return 0;
 	}
+	/* The peer learns it was refused (a wrong key: decrypt_error) and
+	 * does not take it for a connection cut, which it would try again.
+	 * One try: the socket does not wait. */
+	gnutls_alert_send_appropriate(ch->session, r);
 	return auth_failed(ch, r, true, err);
 }
 
