@@ -5,6 +5,13 @@
  *
  * Against a receiver (stasis receive):
  *   hostile-peer idle ADDR N SECONDS     N TCP connections that say nothing
+ *   hostile-peer flood ADDR N SECONDS [FROM...]
+ *                                        N TCP connections that say nothing,
+ *                                        from the source addresses FROM in
+ *                                        turn; each one the receiver closes
+ *                                        is opened again within 100 ms;
+ *                                        ends after SECONDS (or at SIGTERM),
+ *                                        printing how many it opened
  *   hostile-peer scan ADDR               connect and close at once
  *   hostile-peer garbage ADDR            4 KiB that is not TLS
  *   hostile-peer stall ADDR KEY          with the key: 5 bytes of a frame
@@ -20,13 +27,16 @@
  *   hostile-peer silent LISTEN KEY       READY, takes the image, then
  *                                        silence
  * Each prints "ready" on stdout once it holds its position. */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <netdb.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "message.h"
@@ -67,6 +77,101 @@ static int idle(const char *addr, int n, int seconds)
 	printf("ready\n");
 	fflush(stdout);
 	sleep((unsigned int)seconds);
+	return 0;
+}
+
+#define FLOOD_ROUND_MS 100
+
+static volatile sig_atomic_t flood_stop;
+
+static void on_term(int sig)
+{
+	(void)sig;
+	flood_stop = 1;
+}
+
+/* A connection to ai that is under way (non-blocking), from the address
+ * from (NULL: the kernel's choice); -1 when none could be begun. */
+static int flood_open(const struct addrinfo *ai, const char *from)
+{
+	struct sockaddr_storage sa = {.ss_family = (sa_family_t)ai->ai_family};
+	struct sockaddr_in *in = (struct sockaddr_in *)&sa;
+	struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&sa;
+	void *at = ai->ai_family == AF_INET ? (void *)&in->sin_addr : (void *)&in6->sin6_addr;
+	socklen_t len = ai->ai_family == AF_INET ? sizeof(*in) : sizeof(*in6);
+	int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+
+	if (fd < 0)
+		return -1;
+	if (from && (inet_pton(ai->ai_family, from, at) != 1 ||
+		     bind(fd, (struct sockaddr *)&sa, len) < 0)) {
+		close(fd);
+		return -1;
+	}
+	if (connect(fd, ai->ai_addr, ai->ai_addrlen) < 0 && errno != EINPROGRESS) {
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+static uint64_t ms_now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+/* n connections held open, saying nothing, each one closed by the
+ * receiver opened again at the next round, for seconds; from[i % nfrom]
+ * is connection i's source address. */
+static int flood(const char *addr, int n, int seconds, char **from, int nfrom)
+{
+	struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *res = NULL;
+	struct pollfd *p = calloc((size_t)n, sizeof(*p));
+	uint64_t start = ms_now(), end = start + (uint64_t)seconds * 1000u, opened = 0;
+	char host[256], port[16];
+
+	if (!p || n <= 0 || wire_split_addr(addr, host, sizeof(host), port, sizeof(port)) < 0 ||
+	    getaddrinfo(host, port, &hints, &res) != 0)
+		return 1;
+	for (int i = 0; i < n; i++) {
+		p[i] = (struct pollfd){.fd = flood_open(res, nfrom ? from[i % nfrom] : NULL),
+				       .events = POLLIN | POLLRDHUP};
+		if (p[i].fd < 0) {
+			fprintf(stderr, "hostile-peer: connection %d: %s\n", i, strerror(errno));
+			return 1;
+		}
+		opened++;
+	}
+	signal(SIGTERM, on_term);
+	printf("ready\n");
+	fflush(stdout);
+	while (ms_now() < end && !flood_stop) {
+		uint64_t round = ms_now();
+		int left;
+
+		/* Closed by the receiver (or never connected): noticed now,
+		 * opened again once the round is over. */
+		while ((left = (int)(round + FLOOD_ROUND_MS - ms_now())) > 0 &&
+		       poll(p, (nfds_t)n, left) > 0) {
+			for (int i = 0; i < n; i++) {
+				if (p[i].fd >= 0 && p[i].revents) {
+					close(p[i].fd);
+					p[i].fd = -1;
+				}
+			}
+		}
+		for (int i = 0; i < n; i++) {
+			if (p[i].fd < 0 &&
+			    (p[i].fd = flood_open(res, nfrom ? from[i % nfrom] : NULL)) >= 0)
+				opened++;
+		}
+	}
+	printf("opened %llu connections in %.1f s\n", (unsigned long long)opened,
+	       (double)(ms_now() - start) / 1000);
+	freeaddrinfo(res);
 	return 0;
 }
 
@@ -166,7 +271,7 @@ static int liar(const char *listen_addr, const char *keyfile, bool partial)
 		return 1;
 	printf("listening\n");
 	fflush(stdout);
-	if (tls_accept_fd(lfd, &fd, peer, sizeof(peer)) < 0 ||
+	if (tls_accept_fd(lfd, &fd, NULL, peer, sizeof(peer)) < 0 ||
 	    tls_serve(fd, peer, &key, 15000, &ch, &err) < 0)
 		return 1;
 	if (msg_recv(ch, "the source", 30000, &h, buf, &err) < 0 || h.type != WIRE_HELLO)
@@ -191,6 +296,8 @@ int main(int argc, char **argv)
 
 	if (!strcmp(mode, "idle") && argc == 5)
 		return idle(argv[2], atoi(argv[3]), atoi(argv[4]));
+	if (!strcmp(mode, "flood") && argc >= 5)
+		return flood(argv[2], atoi(argv[3]), atoi(argv[4]), argv + 5, argc - 5);
 	if (!strcmp(mode, "scan") && argc == 3) {
 		int fd = tcp_connect(argv[2]);
 

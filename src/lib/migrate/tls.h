@@ -10,6 +10,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/socket.h>
 
 #include "error.h"
 #include "wire.h"
@@ -36,12 +37,25 @@ int tls_listen(const char *addr, int *fd_out, struct stasis_error **err);
 #define TLS_SERVER_HANDSHAKE_MS 5000
 #define TLS_IO_TIMEOUT_MS 30000
 
-/* Accept one connection on lfd into *fd, its address into peer. */
-int tls_accept_fd(int lfd, int *fd, char *peer, size_t len);
+/* Accept one connection on lfd into *fd (non-blocking until its handshake),
+ * its address into *sa (where not NULL) and, as text, into peer; -errno
+ * when none was taken. */
+int tls_accept_fd(int lfd, int *fd, struct sockaddr_storage *sa, char *peer, size_t len);
 /* The server's handshake on an accepted fd (taken: closed on failure),
  * within limit_ms; a peer without the key is refused (the error says so). */
 int tls_serve(int fd, const char *peer, const struct tls_key *key, int limit_ms,
 	      struct tls_channel **out, struct stasis_error **err);
+/* The same handshake in steps that never wait, for a caller that watches
+ * many connections at once (the receiver's gate) and bounds each with its
+ * own deadline. tls_serve_begin makes the session on an accepted fd (taken:
+ * closed on failure). tls_serve_step goes as far as the bytes at hand allow:
+ * 1 when the handshake is done (the channel is then as tls_serve gives it),
+ * 0 when it waits for the socket (*events: what to poll for), <0 with *err
+ * when it failed. A channel that failed or ran out of time goes with
+ * tls_drop. */
+int tls_serve_begin(int fd, const char *peer, const struct tls_key *key, struct tls_channel **out,
+		    struct stasis_error **err);
+int tls_serve_step(struct tls_channel *ch, short *events, struct stasis_error **err);
 /* The peer's address, for messages. */
 const char *tls_peer(const struct tls_channel *ch);
 
@@ -67,5 +81,8 @@ int tls_recv(struct tls_channel *ch, struct wire_header *h, unsigned char *buf, 
 
 /* Ends the session and closes; NULL is allowed. */
 void tls_close(struct tls_channel *ch);
+/* Closes without a word (a handshake that failed or ran out of time);
+ * NULL is allowed. */
+void tls_drop(struct tls_channel *ch);
 
 #endif
