@@ -13,6 +13,7 @@
 #include "cli.h"
 #include "criu-rpc.h"
 #include "cuda-api.h"
+#include "mappings.h"
 #include "nvml.h"
 #include "proc.h"
 #include "util.h"
@@ -190,6 +191,21 @@ static void check_thp(struct report *rep)
 		     "slower without 'always'");
 }
 
+/* Deleted files in /dev/shm need neither (stasis's CRIU links and opens
+ * them through descriptors); a unix socket bound directly in a sticky
+ * folder shared by all does, as CRIU connects its clients to it by path. */
+static void check_protected_links(struct report *rep)
+{
+	if (mappings_links_protected())
+		item(rep, OK, "protected-links", NULL,
+		     "fs.protected_symlinks and fs.protected_hardlinks on");
+	else
+		item(rep, WARNING, "protected-links", LINKS_PROTECTION_ON,
+		     "a link protection is off: trees holding a unix socket bound directly in "
+		     "a sticky folder shared by all (/tmp, /dev/shm) are refused; deleted "
+		     "files there are restored all the same");
+}
+
 int cmd_check(int argc, char **argv)
 {
 	static const struct option options[] = {
@@ -218,6 +234,7 @@ int cmd_check(int argc, char **argv)
 	check_criu(&rep);
 	check_breakpoints(&rep);
 	check_thp(&rep);
+	check_protected_links(&rep);
 	if (rep.json) {
 		json_object *root = json_object_new_object();
 

@@ -433,3 +433,46 @@ while time.time() < end:
 	wait_log_grows "$w" 3 || { fail "the restored workload does not run"; return 1; }
 	kill_group "$pid"
 }
+
+# A file the process holds open read-write, in a folder of nobody's, whose
+# name nobody points at a file of root's (a link) or at a FIFO between the
+# checkpoint and the restore: CRIU's restore reopens files by path, as
+# root, with the process's access mode, and followed the link (a review had
+# root's 0600 file open read-write in the restored process) or hung in the
+# FIFO's open. Each restore is refused on one line, root's file untouched;
+# with the file put back, the image restores and the process reads it.
+test_named_file_swapped() {
+	local w="$TMP/named" user pid
+	mkdir -p "$w"
+	user=$(mktemp -d /tmp/stasis-e2e-named-XXXXXX) && chown nobody "$user" && chmod 755 "$user"
+	echo "$user" >>"$TMP/stages"
+	echo "root's own" >"$w/secret" && chmod 600 "$w/secret"
+	printf 'the process its own\n' >"$user/f" && chown nobody "$user/f"
+	setsid /usr/bin/python3 -c '
+import os, sys, time
+f, w = sys.argv[1], sys.argv[2]
+fd = os.open(f, os.O_RDWR)
+while True:
+    os.lseek(fd, 0, 0); data = os.read(fd, 64).decode(errors="replace")
+    open(w + "/seen.new", "w").write(data); os.replace(w + "/seen.new", w + "/seen"); time.sleep(0.05)' "$user/f" "$w" </dev/null >/dev/null 2>&1 &
+	pid=$!
+	PIDS+=("$pid")
+	for _ in $(seq 100); do [ -s "$w/seen" ] && break; sleep 0.05; done
+	"$STASIS" checkpoint "$pid" -D "$w/img" 2>"$w/err" || { fail "$(cat "$w/err")"; return 1; }
+	reap "$pid"
+	as_nobody mv "$user/f" "$user/f.away" || return 1
+	as_nobody ln -s "$w/secret" "$user/f" || return 1
+	expect_error "/f is a link, where the dumped file was a regular file" "$STASIS" restore -D "$w/img" --detach || return 1
+	alive "$pid" && { fail "restored through the link"; return 1; }
+	as_nobody rm "$user/f" && as_nobody mkfifo "$user/f" || return 1
+	expect_error "/f is a FIFO, where the dumped file was a regular file" "$STASIS" restore -D "$w/img" --detach || return 1
+	alive "$pid" && { fail "restored onto the FIFO"; return 1; }
+	[ "$(cat "$w/secret")" = "root's own" ] && [ "$(stat -c '%U %a' "$w/secret")" = "root 600" ] ||
+		{ fail "root's file changed: $(ls -l "$w/secret")"; return 1; }
+	as_nobody rm "$user/f" && as_nobody mv "$user/f.away" "$user/f" || return 1
+	rm -f "$w/seen"
+	"$STASIS" restore -D "$w/img" --detach >/dev/null 2>"$w/err" || { fail "$(cat "$w/err")"; return 1; }
+	for _ in $(seq 100); do [ -s "$w/seen" ] && break; sleep 0.05; done
+	[ "$(cat "$w/seen")" = "the process its own" ] || { fail "the restored process reads '$(cat "$w/seen")'"; return 1; }
+	kill_group "$pid"
+}

@@ -240,6 +240,27 @@ bool mappings_folders_root_only(pid_t pid, const char *path, size_t len)
 	return true;
 }
 
+bool mappings_folder_shared_sticky(pid_t pid, const char *path)
+{
+	const char *slash = strrchr(path, '/');
+	char at[PATH_MAX + 32];
+	struct stat st;
+	int n;
+
+	if (!slash)
+		return false;
+	n = snprintf(at, sizeof(at), "/proc/%d/root%.*s", (int)pid, (int)(slash - path), path);
+	if (n < 0 || (size_t)n >= sizeof(at) || lstat(at, &st) < 0)
+		return false;
+	return S_ISDIR(st.st_mode) && (st.st_mode & S_ISVTX) && (st.st_mode & S_IWOTH);
+}
+
+bool mappings_links_protected(void)
+{
+	return read_file_u64("/proc/sys/fs/protected_symlinks", 0) >= 1 &&
+	       read_file_u64("/proc/sys/fs/protected_hardlinks", 0) >= 1;
+}
+
 static void note_ghost(struct maps_scan *scan, const char *path)
 {
 	if (!mappings_folders_root_only(scan->pid, path, strlen(path) - strlen(DELETED)) &&

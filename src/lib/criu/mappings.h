@@ -55,4 +55,14 @@ bool mappings_path_canonical(const char *path, size_t len);
  * and world-writable. */
 bool mappings_folders_root_only(pid_t pid, const char *path, size_t len);
 
+/* Whether the folder of path (within pid's root) is sticky and writable by
+ * all (/tmp, /dev/shm): a name in it is its file's owner's to rename. */
+bool mappings_folder_shared_sticky(pid_t pid, const char *path);
+
+/* fs.protected_symlinks and fs.protected_hardlinks are both on. */
+bool mappings_links_protected(void);
+
+/* What turns them on, for the refusals that still need them. */
+#define LINKS_PROTECTION_ON "sysctl -w fs.protected_symlinks=1 fs.protected_hardlinks=1"
+
 #endif

@@ -239,11 +239,14 @@ static bool names_file(pid_t root, const char *path, const struct stat *file)
 	return id != 0 && id == mount_id(at);
 }
 
-enum unix_finding { UNIX_SAFE, UNIX_EXPOSED, UNIX_ELSEWHERE, UNIX_ODD_NAME };
+enum unix_finding { UNIX_SAFE, UNIX_EXPOSED, UNIX_SHARED, UNIX_ELSEWHERE, UNIX_ODD_NAME };
 
 /* The first unix socket of pid's (among fds) that CRIU's restore would bind
- * where it must not: in folders a user other than root can change, or at a
- * name that no longer leads to the socket's file. Its path in bad. -errno,
+ * where it must not: in folders a user other than root can change, directly
+ * in a sticky folder shared by all while a link protection is off (CRIU
+ * connects the socket's clients to it by that path, as root, after its
+ * owner could rename it and put a link there), or at a name that no longer
+ * leads to the socket's file. Its path in bad. -errno,
  * with bad saying what, where a socket cannot be looked at: then nobody
  * can say it is safe. */
 static int find_exposed_unix(pid_t pid, const struct socket_fds *set, char *bad, size_t size)
@@ -282,6 +285,8 @@ static int find_exposed_unix(pid_t pid, const struct socket_fds *set, char *bad,
 			return UNIX_ODD_NAME;
 		if (!mappings_folders_root_only(root, where, strlen(where)))
 			return UNIX_EXPOSED;
+		if (!mappings_links_protected() && mappings_folder_shared_sticky(root, where))
+			return UNIX_SHARED;
 		if (!names_file(root, where, &u.st))
 			return UNIX_ELSEWHERE;
 	}
@@ -296,9 +301,22 @@ static int refuse_unix(const struct manifest_process *p, const char *path,
 			 "other than root can change: at restore CRIU binds it again as root "
 			 "along that path, and chowns and chmods it",
 			 (int)p->pid, p->comm, path);
-	return stasis_error_hint(err, "nothing was changed; bind it in a folder of root's, in "
-				      "/tmp or /dev/shm, or to an abstract name, or close it "
-				      "before the checkpoint (docs/SECURITY.md)");
+	return stasis_error_hint(err, "nothing was changed; bind it in a folder of root's or "
+				      "to an abstract name, or close it before the checkpoint "
+				      "(docs/SECURITY.md)");
+}
+
+static int refuse_shared(const struct manifest_process *p, const char *path,
+			 struct stasis_error **err)
+{
+	stasis_error_set(err, ENOTSUP, STASIS_DOMAIN_USAGE, 0,
+			 "PID %d (%s) holds a unix socket bound to %s, in a sticky folder, while "
+			 "fs.protected_symlinks or fs.protected_hardlinks is off: at restore CRIU "
+			 "connects the socket's clients to that name as root, after its owner "
+			 "could put a link there",
+			 (int)p->pid, p->comm, path);
+	return stasis_error_hint(err, "nothing was changed; bind it in a folder of root's or to "
+				      "an abstract name, or " LINKS_PROTECTION_ON);
 }
 
 static int refuse_elsewhere(const struct manifest_process *p, const char *path,
@@ -371,6 +389,8 @@ int sockets_check(const struct manifest *m, struct stasis_error **err)
 			return refuse_unlooked(p, path, r, err);
 		if (r == UNIX_EXPOSED)
 			return refuse_unix(p, path, err);
+		if (r == UNIX_SHARED)
+			return refuse_shared(p, path, err);
 		if (r == UNIX_ELSEWHERE)
 			return refuse_elsewhere(p, path, err);
 		if (r == UNIX_ODD_NAME)

@@ -13,8 +13,9 @@
 /* Refuse a process of m that holds a unix socket bound to a path whose
  * folders a user other than root can change: CRIU's restore binds it again
  * as root along that path (stasis's CRIU then sets its owner and mode
- * through a descriptor, patch 0009, so a sticky folder such as /tmp needs
- * no kernel setting). Then, unless m's options
+ * through a descriptor, patch 0009). Directly in a sticky folder shared by
+ * all (/tmp) only with both link protections on: CRIU connects the
+ * socket's clients to it by path, as root. Then, unless m's options
  * keep established connections, one that holds a TCP socket connected or
  * closing (CRIU's sk-inet.c refuses those states), naming the process and
  * the connection's ports. */
