@@ -288,13 +288,22 @@ static const char *without_timestamp(const char *line)
 /* Less room than this where CRIU's log is, and the file system was full. */
 #define LOG_ROOM_MIN (1u << 20)
 
+static bool is_full(const char *dir)
+{
+	struct statvfs fs;
+
+	return dir && statvfs(dir, &fs) == 0 && (uint64_t)fs.f_bavail * fs.f_frsize < LOG_ROOM_MIN;
+}
+
+/* dir: CRIU's work folder, which holds log_file; images: where a dump
+ * wrote the image (NULL for a restore, which writes only its log). */
 static int criu_failure(struct stasis_error **err, const char *what, int ret, const char *dir,
-			const char *log_file)
+			const char *log_file, const char *images)
 {
 	char log_path[4096];
 	_cleanup_free_ char *log = NULL;
 	struct criu_cause cause;
-	struct statvfs fs;
+	const char *full;
 	int r;
 
 	snprintf(log_path, sizeof(log_path), "%s/%s", dir, log_file);
@@ -320,11 +329,12 @@ static int criu_failure(struct stasis_error **err, const char *what, int ret, co
 		return stasis_error_errno(err, ENOMEM, "criu %s failed; its log: %s", what,
 					  log_path);
 	/* On a full file system CRIU's log is cut short too, maybe before
-	 * its cause: the file system says it. */
-	if (statvfs(dir, &fs) == 0 && (uint64_t)fs.f_bavail * fs.f_frsize < LOG_ROOM_MIN)
+	 * its cause: the file system says it, the image's or the log's. */
+	full = is_full(images) ? images : is_full(dir) ? dir : NULL;
+	if (full)
 		stasis_error_set(err, ENOSPC, STASIS_DOMAIN_CRIU, ret,
 				 "criu %s failed: No space left on device in %s; its log: %s", what,
-				 dir, cause.line ? cause.line : "(no error lines)");
+				 full, cause.line ? cause.line : "(no error lines)");
 	else
 		stasis_error_set(err, EIO, STASIS_DOMAIN_CRIU, ret, "criu %s failed: %s", what,
 				 cause.line ? cause.line : "no error lines in its log");
@@ -478,7 +488,7 @@ int criu_run_dump(const struct criu_dump_request *req, struct stasis_error **err
 	current_notify = NULL;
 	criu_local_free_opts(opts);
 	if (r < 0)
-		return criu_failure(err, "dump", r, work, req->log_file);
+		return criu_failure(err, "dump", r, work, req->log_file, req->images_dir);
 	return 0;
 }
 
@@ -520,7 +530,7 @@ int criu_run_restore(const struct criu_restore_request *req, pid_t *root_out,
 	current_notify = NULL;
 	criu_local_free_opts(opts);
 	if (r < 0)
-		return criu_failure(err, "restore", r, req->work_dir, req->log_file);
+		return criu_failure(err, "restore", r, req->work_dir, req->log_file, NULL);
 	*root_out = r;
 	return 0;
 }
