@@ -134,3 +134,38 @@ test_mount_outside_cause() {
 	alive "$pid" || { fail "the tree died"; return 1; }
 	kill -9 "$pid" "$ns"
 }
+
+# ---- without a GPU ----
+
+# Without a driver stasis ps lists the session leaders (a tree stasis can
+# checkpoint) and the containers, the GPU columns empty and said so once,
+# and exits 0; --json is valid JSON with the same.
+test_ps_without_driver() {
+	local d="$TMP/psnodrv" id="stasis-e2e-ps-$$"
+	start_workload "$d/w" || return 1
+	local tree=$pid
+	setsid sleep 1000 </dev/null >/dev/null 2>&1 &
+	pid=$!
+	PIDS+=("$pid")
+	make_bundle "$d/b" && start_container "$id" "$d/b" || return 1
+	"$STASIS" ps >"$d/out" 2>"$d/err" || { fail "ps failed: $(cat "$d/err")"; return 1; }
+	cat "$d/out"
+	[ "$(grep -c "the GPU columns are empty" "$d/out")" = 1 ] || { fail "not said once: $(cat "$d/out")"; return 1; }
+	grep -q "^$pid  *sleep  " "$d/out" || { fail "the session leader $pid is not listed"; return 1; }
+	grep -q "^$tree  *stasis  " "$d/out" || { fail "the workload $tree is not listed"; return 1; }
+	! grep -q "^$(runc state "$id" | sed -n 's/.*"pid": \([0-9]*\).*/\1/p') " "$d/out" ||
+		{ fail "the container's init is listed as a tree"; return 1; }
+	grep -q "^$id .*runc *running" "$d/out" || { fail "the container is not listed"; return 1; }
+	"$STASIS" ps --json >"$d/json" 2>"$d/err" || { fail "ps --json failed: $(cat "$d/err")"; return 1; }
+	python3 - "$d/json" "$pid" "$id" <<'PY' || { fail "ps --json: $(cat "$d/json")"; return 1; }
+import json, sys
+o = json.load(open(sys.argv[1]))
+assert o["gpu_driver"] is False, o["gpu_driver"]
+p = [p for p in o["processes"] if p["pid"] == int(sys.argv[2])]
+assert p and p[0]["command"] == "sleep" and p[0]["gpus"] is None, p
+c = [c for c in o["containers"] if c["id"] == sys.argv[3]]
+assert c and c[0]["status"] == "running" and c[0]["cuda_processes"] is None, c
+PY
+	runc delete --force "$id"
+	kill -9 "$pid" "$tree"
+}
