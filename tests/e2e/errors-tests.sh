@@ -169,3 +169,39 @@ PY
 	runc delete --force "$id"
 	kill -9 "$pid" "$tree"
 }
+
+# A session leader on a terminal whose master is outside its tree (as a
+# job started with setsid from a shell's terminal): CRIU refuses it
+# without --shell-job, and the error says to pass it; with it the same
+# tree is checkpointed.
+test_shell_job_cause() {
+	local w="$TMP/shelljob" top job
+	mkdir -p "$w"
+	python3 -c 'import fcntl, os, sys, termios, time
+m, s = os.openpty()
+if os.fork() == 0:
+    os.setsid()
+    fd = os.open(os.ttyname(s), os.O_RDWR)
+    fcntl.ioctl(fd, termios.TIOCSCTTY, 0)
+    if os.fork() == 0:
+        os.setsid()
+        os.dup2(fd, 0)
+        os.dup2(fd, 1)
+        for f in (fd, s, m):
+            os.close(f)
+        open(sys.argv[1] + "/pid", "w").write(str(os.getpid()))
+        while True:
+            time.sleep(0.05)
+time.sleep(1e6)' "$w" </dev/null >/dev/null 2>&1 &
+	top=$!
+	PIDS+=("$top")
+	for _ in $(seq 200); do [ -s "$w/pid" ] && break; sleep 0.02; done
+	job=$(cat "$w/pid")
+	PIDS+=("$job")
+	expect_error "without correspond master peer.*checkpoint and restore with --shell-job" \
+		"$STASIS" checkpoint "$job" -D "$w/img" || return 1
+	cat "$TMP/stderr"
+	[ ! -e "$w/img" ] || { fail "left in -D: $(ls -AR "$w/img")"; return 1; }
+	"$STASIS" checkpoint "$job" -D "$w/img" --shell-job --leave-running || { fail "with --shell-job"; return 1; }
+	kill -9 "$job" "$top"
+}

@@ -182,6 +182,10 @@ static void criu_causes(void **state)
 	     "0.\n",
 	     "Error (criu/tty.c:1830): Found dangling tty with sid 4 pgid 5 (pts) on peer fd 0.",
 	     "--shell-job or -j"},
+	    {"(00.1) Error (criu/tty.c:410): tty: Found slave peer index 0 without correspond "
+	     "master peer\n",
+	     "Error (criu/tty.c:410): tty: Found slave peer index 0 without correspond master peer",
+	     "--shell-job or -j"},
 	    /* A TCP peer outside. */
 	    {"(00.1) Error (criu/sk-inet.c:200): Connected TCP socket, consider using "
 	     "--tcp-established option.\n",

@@ -31,6 +31,7 @@ static const struct cause_rule {
 } rules[] = {
     {"Consider using --shell-job", NULL, NULL, REMEDY_SHELL_JOB},
     {"Found dangling tty", NULL, NULL, REMEDY_SHELL_JOB},
+    {"without correspond master peer", NULL, NULL, REMEDY_SHELL_JOB},
     {"External socket is used", NULL, "Runaway socket:",
      "it is connected to a unix socket of a process outside the tree: checkpoint and restore "
      "with --ext-unix-sk, that socket there again at restore, or checkpoint its peer in the "
