@@ -285,7 +285,7 @@ static const char *without_timestamp(const char *line)
 	return line;
 }
 
-/* Less room than this where CRIU's log is, and the file system was full. */
+/* Less room than this where CRIU wrote, and its file system was full. */
 #define LOG_ROOM_MIN (1u << 20)
 
 static bool is_full(const char *dir)
