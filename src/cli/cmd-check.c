@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: MIT */
-/* stasis check: is this machine ready for GPU checkpoints, and what to fix. */
+/* stasis check: is this machine ready for GPU checkpoints, and what to fix.
+ * Without an NVIDIA driver CPU checkpoints still work: a warning. */
 #include <dirent.h>
+#include <errno.h>
 #include <getopt.h>
 #include <json-c/json.h>
 #include <stdarg.h>
@@ -22,6 +24,7 @@ enum level { OK, WARNING, ERROR };
 
 struct report {
 	bool json;
+	bool gpu_driver;
 	json_object *items;
 	int errors, warnings;
 };
@@ -64,11 +67,19 @@ static void check_driver(struct report *rep)
 	char version[64] = "";
 	int cuda;
 
-	if (cuda_load(&err) < 0) {
-		item(rep, ERROR, "nvidia-driver", "install the NVIDIA driver 570 or newer", "%s",
+	if (cuda_load(&err) < 0 && err->status == ENODEV) {
+		item(rep, WARNING, "nvidia-driver",
+		     "install the NVIDIA driver 570 or newer for GPU checkpoints",
+		     "%s: process trees and containers checkpoint and restore without it, CUDA "
+		     "processes do not",
 		     err->message);
 		return;
 	}
+	if (err) {
+		item(rep, ERROR, "nvidia-driver", err->hint, "%s", err->message);
+		return;
+	}
+	rep->gpu_driver = true;
 	nvml_driver_version(version, sizeof(version), NULL);
 	cuda = cuda_driver_version();
 	if (cuda < 12080)
@@ -238,6 +249,7 @@ int cmd_check(int argc, char **argv)
 	if (rep.json) {
 		json_object *root = json_object_new_object();
 
+		json_object_object_add(root, "gpu_driver", json_object_new_boolean(rep.gpu_driver));
 		json_object_object_add(root, "items", rep.items);
 		json_object_object_add(root, "errors", json_object_new_int(rep.errors));
 		json_object_object_add(root, "warnings", json_object_new_int(rep.warnings));
@@ -245,8 +257,10 @@ int cmd_check(int argc, char **argv)
 		json_object_put(root);
 	} else {
 		json_object_put(rep.items);
-		printf("%d error%s, %d warning%s\n", rep.errors, rep.errors == 1 ? "" : "s",
-		       rep.warnings, rep.warnings == 1 ? "" : "s");
+		printf("%d error%s, %d warning%s%s\n", rep.errors, rep.errors == 1 ? "" : "s",
+		       rep.warnings, rep.warnings == 1 ? "" : "s",
+		       rep.gpu_driver || rep.errors ? ""
+						    : "; CPU checkpoints only (no NVIDIA driver)");
 	}
 	return rep.errors ? EXIT_FAILED : EXIT_OK;
 }

@@ -185,21 +185,27 @@ static int run_demo(const char *base, bool gpu)
 	return EXIT_OK;
 }
 
-/* --gpu, --cpu, or by what the machine has. */
+/* --gpu, --cpu, or by what the machine has; says which demo and why. */
 static int pick_mode(const char *flag, bool *gpu)
 {
 	_cleanup_error_ struct stasis_error *err = NULL;
 
 	if (flag && strcmp(flag, "--cpu") == 0) {
 		*gpu = false;
+		printf("CPU demo (--cpu): a process tree, no GPU\n");
 		return 0;
 	}
 	*gpu = cuda_load(&err) == 0 && cuda_device_count() > 0;
-	if (flag && strcmp(flag, "--gpu") == 0 && !*gpu) {
-		if (!err)
-			stasis_error_set(&err, ENODEV, STASIS_DOMAIN_CUDA, 0, "no GPU is visible");
+	if (!*gpu && !err)
+		stasis_error_set(&err, ENODEV, STASIS_DOMAIN_CUDA, 0, "no GPU is visible");
+	if (flag && strcmp(flag, "--gpu") == 0 && !*gpu)
 		return cli_fail("demo", err);
-	}
+	if (*gpu)
+		printf("GPU demo%s: a process tree with its state on GPU 0\n",
+		       flag ? " (--gpu)" : ", a GPU is visible");
+	else
+		printf("CPU demo, a process tree without a GPU: %s (--gpu needs one)\n",
+		       err->message);
 	return 0;
 }
 

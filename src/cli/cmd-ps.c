@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* stasis ps: every CUDA process of the machine, what it holds, and what
- * would block its checkpoint. */
+ * would block its checkpoint; without an NVIDIA driver, the roots of the
+ * trees stasis can checkpoint (session leaders), the GPU columns empty. */
 #include <dirent.h>
 #include <getopt.h>
 #include <json-c/json.h>
@@ -107,6 +108,32 @@ static bool describe(pid_t pid, const struct nvml_gpu *gpus, const struct nvml_p
 	return true;
 }
 
+/* Without a driver: a session leader that is a tree stasis could
+ * checkpoint (not a kernel thread, init, stasis's own session, or a
+ * container's init, which the containers' table lists). */
+static bool describe_cpu(pid_t pid, const struct target_container *c, size_t nc, struct ps_entry *e)
+{
+	_cleanup_free_ char *cmdline = NULL;
+
+	memset(e, 0, sizeof(*e));
+	if (pid == 1 || getsid(pid) != pid || getsid(pid) == getsid(0) ||
+	    proc_is_self_or_ancestor(pid))
+		return false;
+	for (size_t i = 0; i < nc; i++)
+		if (c[i].pid == pid)
+			return false;
+	/* A kernel thread has no command line. */
+	cmdline = proc_cmdline(pid);
+	if (!cmdline || !*cmdline)
+		return false;
+	e->pid = pid;
+	proc_comm(pid, e->comm, sizeof(e->comm));
+	container_of(pid, e->container, sizeof(e->container));
+	if (strcmp(e->container, "-") == 0)
+		namespaces_blocker(pid, false, e->blockers, sizeof(e->blockers));
+	return true;
+}
+
 static json_object *entries_json(const struct ps_entry *e, size_t n)
 {
 	json_object *arr = json_object_new_array();
@@ -116,9 +143,13 @@ static json_object *entries_json(const struct ps_entry *e, size_t n)
 
 		json_object_object_add(o, "pid", json_object_new_int(e[i].pid));
 		json_object_object_add(o, "command", json_object_new_string(e[i].comm));
-		json_object_object_add(o, "state", json_object_new_string(e[i].state));
-		json_object_object_add(o, "gpus", json_object_new_string(e[i].gpus));
-		json_object_object_add(o, "gpu_bytes", json_object_new_uint64(e[i].gpu_bytes));
+		/* Without a driver the GPU fields are null. */
+		json_object_object_add(o, "state",
+				       e[i].state[0] ? json_object_new_string(e[i].state) : NULL);
+		json_object_object_add(o, "gpus",
+				       e[i].state[0] ? json_object_new_string(e[i].gpus) : NULL);
+		json_object_object_add(
+		    o, "gpu_bytes", e[i].state[0] ? json_object_new_uint64(e[i].gpu_bytes) : NULL);
 		json_object_object_add(o, "container", json_object_new_string(e[i].container));
 		json_object_object_add(o, "blockers", json_object_new_string(e[i].blockers));
 		json_object_array_add(arr, o);
@@ -134,9 +165,13 @@ static void print_entries(const struct ps_entry *e, size_t n)
 	       "CONTAINER", "GPUS / BLOCKERS");
 	for (size_t i = 0; i < n; i++)
 		printf("%-8d %-16s %-13s %-10s %-12.12s %s%s%s\n", (int)e[i].pid, e[i].comm,
-		       e[i].state, format_bytes(e[i].gpu_bytes, size, sizeof(size)), e[i].container,
-		       e[i].gpus[0] ? e[i].gpus : "-", e[i].blockers[0] ? "  BLOCKED: " : "",
-		       e[i].blockers);
+		       e[i].state[0] ? e[i].state : "",
+		       e[i].state[0] ? format_bytes(e[i].gpu_bytes, size, sizeof(size)) : "",
+		       e[i].container,
+		       e[i].gpus[0]    ? e[i].gpus
+		       : e[i].state[0] ? "-"
+				       : "",
+		       e[i].blockers[0] ? "  BLOCKED: " : "", e[i].blockers);
 }
 
 /* Its processes, and how many of them the driver knows as CUDA ones. */
@@ -152,7 +187,7 @@ static void count_processes(const struct target_container *c, size_t *n, size_t 
 		*cuda += cuda_available() && cuda_get_state(pids[i], &state) == CUDA_RES_SUCCESS;
 }
 
-static json_object *containers_json(const struct target_container *c, size_t n)
+static json_object *containers_json(const struct target_container *c, size_t n, bool gpu)
 {
 	json_object *arr = json_object_new_array();
 
@@ -171,7 +206,8 @@ static json_object *containers_json(const struct target_container *c, size_t n)
 		json_object_object_add(o, "status", json_object_new_string(c[i].status));
 		json_object_object_add(o, "init_pid", json_object_new_int(c[i].pid));
 		json_object_object_add(o, "processes", json_object_new_int((int)procs));
-		json_object_object_add(o, "cuda_processes", json_object_new_int((int)cuda));
+		json_object_object_add(o, "cuda_processes",
+				       gpu ? json_object_new_int((int)cuda) : NULL);
 		json_object_object_add(o, "bundle", json_object_new_string(c[i].bundle));
 		json_object_array_add(arr, o);
 	}
@@ -180,24 +216,28 @@ static json_object *containers_json(const struct target_container *c, size_t n)
 
 /* A containerd container is named NAMESPACE/ID, its image shown where a
  * runc container shows its bundle. */
-static void print_containers(const struct target_container *c, size_t n)
+static void print_containers(const struct target_container *c, size_t n, bool gpu)
 {
 	printf("\n%-24s %-10s %-9s %-9s %-10s %-5s %s\n", "CONTAINER", "RUNTIME", "STATUS",
 	       "INIT PID", "PROCESSES", "CUDA", "BUNDLE OR IMAGE");
 	for (size_t i = 0; i < n; i++) {
-		char name[400];
+		char name[400], cudas[24] = "";
 		size_t procs, cuda;
 
 		snprintf(name, sizeof(name), "%s%s%s", c[i].namespace, c[i].namespace[0] ? "/" : "",
 			 c[i].id);
 		count_processes(&c[i], &procs, &cuda);
-		printf("%-24.24s %-10s %-9s %-9d %-10zu %-5zu %s\n", name, c[i].runtime,
-		       c[i].status, (int)c[i].pid, procs, cuda,
-		       c[i].image[0] ? c[i].image : c[i].bundle);
+		if (gpu)
+			snprintf(cudas, sizeof(cudas), "%zu", cuda);
+		printf("%-24.24s %-10s %-9s %-9d %-10zu %-5s %s\n", name, c[i].runtime, c[i].status,
+		       (int)c[i].pid, procs, cudas, c[i].image[0] ? c[i].image : c[i].bundle);
 	}
 }
 
-static size_t gather(const struct nvml_gpu *gpus, const struct nvml_process *np, size_t nnp,
+/* With a driver (gpu), its CUDA processes; without, the session leaders
+ * but the containers' (c, nc). */
+static size_t gather(bool gpu, const struct nvml_gpu *gpus, const struct nvml_process *np,
+		     size_t nnp, const struct target_container *c, size_t nc,
 		     struct ps_entry **entries)
 {
 	size_t n = 0, cap = 0;
@@ -214,7 +254,8 @@ static size_t gather(const struct nvml_gpu *gpus, const struct nvml_process *np,
 		if (!bigger)
 			break;
 		*entries = bigger;
-		if (describe(pid, gpus, np, nnp, &(*entries)[n]))
+		if (gpu ? describe(pid, gpus, np, nnp, &(*entries)[n])
+			: describe_cpu(pid, c, nc, &(*entries)[n]))
 			n++;
 	}
 	if (d)
@@ -243,29 +284,34 @@ int cmd_ps(int argc, char **argv)
 			return cli_usage_error("ps", "unknown option '%s'", argv[optind - 1]);
 		json = true;
 	}
+	if (optind != argc)
+		return cli_usage_error("ps", "unexpected argument '%s'", argv[optind]);
 	gpu = nvml_gpus(&gpus, &ngpus, &err) == 0 || cuda_available();
 	target_list_containers(&containers, &ncontainers);
-	/* Without a driver there is nothing to show but containers. */
-	if (!gpu && !ncontainers)
-		return cli_fail("ps", err);
-	if (gpu) {
+	if (gpu)
 		nvml_processes(gpus, ngpus, &np, &nnp, NULL);
-		n = gather(gpus, np, nnp, &entries);
-	}
+	n = gather(gpu, gpus, np, nnp, containers, ncontainers, &entries);
 	if (json) {
 		json_object *o = json_object_new_object();
 
+		json_object_object_add(o, "gpu_driver", json_object_new_boolean(gpu));
+		if (!gpu && err)
+			json_object_object_add(o, "no_gpu_because",
+					       json_object_new_string(err->message));
 		json_object_object_add(o, "processes", entries_json(entries, n));
-		json_object_object_add(o, "containers", containers_json(containers, ncontainers));
+		json_object_object_add(o, "containers",
+				       containers_json(containers, ncontainers, gpu));
 		printf("%s\n", json_object_to_json_string_ext(o, JSON_C_TO_STRING_PRETTY));
 		json_object_put(o);
 		return EXIT_OK;
 	}
-	if (gpu)
-		print_entries(entries, n);
-	else
-		printf("no NVIDIA driver: GPU processes not shown\n");
+	/* Said once: the columns stay, empty. */
+	if (!gpu)
+		printf("%s: the GPU columns are empty; listed are the session leaders, the "
+		       "trees stasis can checkpoint\n\n",
+		       err && err->message ? err->message : "no NVIDIA driver");
+	print_entries(entries, n);
 	if (ncontainers)
-		print_containers(containers, ncontainers);
+		print_containers(containers, ncontainers, gpu);
 	return EXIT_OK;
 }

@@ -120,20 +120,22 @@ const struct command commands[] = {
      "processes, writing to a file), checkpoint it, let it die, restore it and\n"
      "show that it carried on where it stopped. Where a GPU is visible (or with\n"
      "--gpu) the workload also keeps its counter and a 256 MiB checksummed\n"
-     "pattern in GPU memory and checks both after the restore. DIR defaults to a\n"
-     "new folder under /tmp.\n"},
+     "pattern in GPU memory and checks both after the restore. It says first\n"
+     "which demo it runs and why. DIR defaults to a new folder under /tmp.\n"},
     {"check", cmd_check, "is this machine ready for GPU checkpoints",
      "usage: stasis check [--json]\n"
      "\n"
      "Driver, CRIU, hardware breakpoints, persistence mode, MIG/MPS, transparent\n"
      "huge pages and root, each ok, warning or error with a remedy. Exits 1 on\n"
-     "any error.\n"},
+     "any error. Without an NVIDIA driver CPU checkpoints work: a warning.\n"},
     {"ps", cmd_ps, "list the CUDA processes and containers of this machine",
      "usage: stasis ps [--json]\n"
      "\n"
      "Every CUDA process: PID, command, GPUs, GPU memory, checkpoint state,\n"
-     "container, and what would block its checkpoint. Then every runc container\n"
-     "with its status, init PID and how many of its processes use CUDA.\n"},
+     "container, and what would block its checkpoint. Then every runc and\n"
+     "containerd container with its status, init PID and how many of its\n"
+     "processes use CUDA. Without an NVIDIA driver: the session leaders (the\n"
+     "trees stasis can checkpoint) and the containers, the GPU columns empty.\n"},
     {"gpu", cmd_gpu, "suspend or resume GPU state in place",
      "usage: stasis gpu suspend PID... [-t MS] [--json]\n"
      "       stasis gpu resume PID... [--gpu-map MAP] [--json]\n"

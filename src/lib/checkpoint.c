@@ -28,6 +28,7 @@
 #include "preflight.h"
 #include "proc.h"
 #include "progress.h"
+#include "run-work.h"
 #include "stasis.h"
 #include "steps.h"
 #include "target.h"
@@ -420,12 +421,29 @@ static int checkpoint_target(struct target *t, struct manifest *m, struct gpu_ba
 	r = image_prepare(t->dir, err);
 	if (r >= 0) {
 		made = r == 1;
-		r = checkpoint_prepared(t, m, batch, start, err);
+		r = run_work_make("checkpoint", t->work, sizeof(t->work), err);
+		if (r == 0)
+			r = checkpoint_prepared(t, m, batch, start, err);
 		if (r < 0)
 			image_discard(t->dir, made);
 	}
 	pid_unlock(t->root, lock_fd);
 	return r;
+}
+
+/* A checkpoint that succeeded takes CRIU's logs and statistics along with
+ * its image, as ever, and its work folder goes; a failed one keeps its
+ * work folder, and its error names it: the image folder is as it was. */
+static void checkpoint_work_end(struct target *t, int r, struct stasis_error **err)
+{
+	if (!t->work[0])
+		return;
+	if (r < 0) {
+		run_work_failed(t->work, err);
+		return;
+	}
+	if (image_take_logs(t->dir, t->work) == 0)
+		remove_dir_tree(t->work);
 }
 
 /* The driver's checkpoint copies GPU memory into fresh host memory, faulting
@@ -509,11 +527,13 @@ int stasis_checkpoint(const struct stasis_checkpoint_options *o, struct manifest
 	if (o->thp_always || t.thp_for_gpu_step)
 		thp_always_end();
 	/* Errors name their step and process already. */
-	if (r < 0)
-		return r;
-	/* Durable here: every seal flushed the image before its manifest. */
-	manifest_add_phase(m, "durable", now_usec() - start);
-	manifest_add_phase(m, "total", now_usec() - start);
-	/* Rewrite the manifest so it carries the final timings too. */
-	return image_write_manifest(o->dir, m, err);
+	if (r == 0) {
+		/* Durable here: every seal flushed the image before its manifest. */
+		manifest_add_phase(m, "durable", now_usec() - start);
+		manifest_add_phase(m, "total", now_usec() - start);
+		/* Rewrite the manifest so it carries the final timings too. */
+		r = image_write_manifest(o->dir, m, err);
+	}
+	checkpoint_work_end(&t, r, err);
+	return r;
 }

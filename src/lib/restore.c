@@ -30,6 +30,7 @@
 #include "nvml.h"
 #include "proc.h"
 #include "progress.h"
+#include "run-work.h"
 #include "stasis.h"
 #include "steps.h"
 #include "target.h"
@@ -225,25 +226,6 @@ static int restore_target(struct target *t, struct manifest *m, struct image_ver
 	return r;
 }
 
-/* The restore's work folder, root's (0700) in the run folder, one for each
- * restore: CRIU's log and statistics and a runtime's work go there, never
- * into the image, which may be read-only and is not the restore's to
- * change. */
-static int restore_work_make(char *out, size_t len, struct stasis_error **err)
-{
-	char stamp[32];
-	time_t now = time(NULL);
-	struct tm tm;
-
-	gmtime_r(&now, &tm);
-	strftime(stamp, sizeof(stamp), "%Y%m%dT%H%M%SZ", &tm);
-	snprintf(out, len, "%s/restore-%s-%d", stasis_run_dir(), stamp, (int)getpid());
-	if (mkdir(out, 0700) < 0)
-		return stasis_error_errno(err, errno, "making the restore's work folder %s: %s",
-					  out, strerror(errno));
-	return 0;
-}
-
 /* Marks the work folder of a restore that succeeded. */
 #define RESTORE_SUCCEEDED "succeeded"
 
@@ -280,23 +262,10 @@ static void restore_work_succeeded(const char *work)
  * folder; one that succeeded keeps them until the next succeeds. */
 static void restore_work_end(const char *work, int r, struct stasis_error **err)
 {
-	_cleanup_free_ char *hint = NULL;
-
-	if (r == 0) {
+	if (r == 0)
 		restore_work_succeeded(work);
-		return;
-	}
-	if (dir_is_empty(work) == 0) {
-		rmdir(work);
-		return;
-	}
-	if (!err || !*err || ((*err)->hint && strstr((*err)->hint, work)))
-		return;
-	hint = (*err)->hint ? strdup((*err)->hint) : NULL;
-	if (hint)
-		stasis_error_hint(err, "%s; logs in %s", hint, work);
 	else
-		stasis_error_hint(err, "logs in %s", work);
+		run_work_failed(work, err);
 }
 
 /* The image is verified while the target restores when it notifies
@@ -335,7 +304,7 @@ static int restore_verified(const struct stasis_restore_options *o, struct manif
 				   now_usec() - start);
 	}
 	if (r == 0)
-		r = restore_work_make(t.work, sizeof(t.work), err);
+		r = run_work_make("restore", t.work, sizeof(t.work), err);
 	if (r < 0)
 		return r;
 	r = restore_target(&t, m, verifier, root_out, err);

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "cuda-api.h"
+#include "criu-causes.h"
 #include "criu-rpc.h"
 #include "error.h"
 #include "util.h"
@@ -98,71 +99,135 @@ static void growing_arrays(void **state)
 	free(b);
 }
 
-/* The summary of a failed CRIU's log: its last error lines, without an
- * error CRIU goes on after, which would push the cause out. */
-static void criu_log_summary(void **state)
+/* The cause of a failed CRIU run, as each log gives it: the line that
+ * names it (after an error CRIU goes on after, before the echoes of the
+ * failure) and the remedy. A table: one row per cause. */
+static void criu_causes(void **state)
 {
-	char path[] = "/tmp/stasis-unit-criu-log-XXXXXX";
-	int fd = mkstemp(path);
-	const char log[] =
-	    "(00.000595) Error (criu/util.c:1534): rlimit: Can't setup RLIMIT_NOFILE "
-	    "for self: Operation not permitted\n"
-	    "(00.001000) Dumping task\n"
-	    "(00.207000) Error (compel/src/lib/infect.c:417): Unable to detach\n"
-	    "(00.208000) Error (criu/cr-dump.c:1998): Dumping FAILED.\n";
-	char *summary;
+	static const struct {
+		const char *log, *line, *remedy;
+	} cases[] = {
+	    /* No rule: the first line naming a cause, not an echo after it. */
+	    {"(00.000595) Error (criu/util.c:1534): rlimit: Can't setup RLIMIT_NOFILE for self: "
+	     "Operation not permitted\n"
+	     "(00.001000) Dumping task\n"
+	     "(00.207000) Error (compel/src/lib/infect.c:417): Unable to detach\n"
+	     "(00.208000) Error (criu/cr-dump.c:1998): Dumping FAILED.\n",
+	     "Error (compel/src/lib/infect.c:417): Unable to detach", NULL},
+	    {"(00.012206)  27057: Error (criu/files-reg.c:2294): Can't restore the deleted file "
+	     "dev/shm/x: a file of that name is in the way\n"
+	     "(00.012213)  27057: Error (criu/files.c:1221): Unable to open fd=3 id=0xb\n"
+	     "(00.012327) Error (criu/cr-restore.c:2334): Restoring FAILED.\n",
+	     "27057: Error (criu/files-reg.c:2294): Can't restore the deleted file dev/shm/x: a "
+	     "file of that name is in the way",
+	     NULL},
+	    /* Only echoes: the last. */
+	    {"(00.1) Error (criu/cr-restore.c:2334): Restoring FAILED.\n",
+	     "Error (criu/cr-restore.c:2334): Restoring FAILED.", NULL},
+	    {"(00.1) nothing went wrong\n", NULL, NULL},
+	    /* A file deleted since the checkpoint. */
+	    {"(00.1) 9: Error (criu/files-reg.c:2353): Can't open file tmp/w/data on restore: No "
+	     "such file or directory\n"
+	     "(00.1) 9: Error (criu/files.c:1221): Unable to open fd=3 id=0x17\n",
+	     "9: Error (criu/files-reg.c:2353): Can't open file tmp/w/data on restore: No such "
+	     "file or directory",
+	     "a file the process had open is gone"},
+	    {"(00.1) 9: Error (criu/files-reg.c:2180): File tmp/w/data has bad size 3 (expect 9)\n",
+	     "9: Error (criu/files-reg.c:2180): File tmp/w/data has bad size 3 (expect 9)",
+	     "a file the process had open is gone"},
+	    /* A device that is not here. */
+	    {"(00.1) 9: Error (criu/files-reg.c:2353): Can't open file dev/nvidia3 on restore: No "
+	     "such file or directory\n",
+	     "9: Error (criu/files-reg.c:2353): Can't open file dev/nvidia3 on restore: No such "
+	     "file or directory",
+	     "a device the process had open is missing here"},
+	    {"(00.1) Error (criu/files-ext.c:94): Can't dump file 4 of that type [20600] (chr "
+	     "10:229)\n",
+	     "Error (criu/files-ext.c:94): Can't dump file 4 of that type [20600] (chr 10:229)",
+	     "a device that CRIU cannot save"},
+	    /* An outside unix socket: the line before says which. */
+	    {"(00.1) \tRunaway socket: ino 77 peer_ino 78 family    1 type    1 state  1 name "
+	     "/run/x.sock\n"
+	     "(00.1) Error (criu/sk-unix.c:874): External socket is used. Consider using "
+	     "--ext-unix-sk option.\n"
+	     "(00.1) Error (criu/cr-dump.c:2093): Dumping FAILED.\n",
+	     "Error (criu/sk-unix.c:874): External socket is used. Consider using --ext-unix-sk "
+	     "option. (Runaway socket: ino 77 peer_ino 78 family 1 type 1 state 1 name "
+	     "/run/x.sock)",
+	     "checkpoint and restore with --ext-unix-sk"},
+	    {"(00.1) Error (criu/sk-unix.c:1912): External socket found in image. Consider using "
+	     "the --ext-unix-sk option to allow restoring it.\n",
+	     "Error (criu/sk-unix.c:1912): External socket found in image. Consider using the "
+	     "--ext-unix-sk option to allow restoring it.",
+	     "restore with --ext-unix-sk"},
+	    {"(00.1) Error (criu/sk-unix.c:881): Can't dump half of stream unix connection. name: "
+	     "/run/a; peer name: /run/b\n",
+	     "Error (criu/sk-unix.c:881): Can't dump half of stream unix connection. name: /run/a; "
+	     "peer name: /run/b",
+	     "checkpoint both ends in one tree"},
+	    /* A mount the tree's namespace does not have. */
+	    {"(00.1) Error (criu/files-reg.c:1790): Can't lookup mount=24 for fd=0 "
+	     "path=/dev/null\n",
+	     "Error (criu/files-reg.c:1790): Can't lookup mount=24 for fd=0 path=/dev/null",
+	     "on a mount outside the tree's mount namespace"},
+	    /* A shell job, both ways CRIU says it. */
+	    {"(00.1) Error (criu/pstree.c:304): The root process 5 is not a session leader. "
+	     "Consider using --shell-job option\n",
+	     "Error (criu/pstree.c:304): The root process 5 is not a session leader. Consider "
+	     "using "
+	     "--shell-job option",
+	     "--shell-job or -j"},
+	    {"(00.1) Error (criu/tty.c:1830): Found dangling tty with sid 4 pgid 5 (pts) on peer "
+	     "fd "
+	     "0.\n",
+	     "Error (criu/tty.c:1830): Found dangling tty with sid 4 pgid 5 (pts) on peer fd 0.",
+	     "--shell-job or -j"},
+	    {"(00.1) Error (criu/tty.c:410): tty: Found slave peer index 0 without correspond "
+	     "master peer\n",
+	     "Error (criu/tty.c:410): tty: Found slave peer index 0 without correspond master peer",
+	     "--shell-job or -j"},
+	    /* A TCP peer outside. */
+	    {"(00.1) Error (criu/sk-inet.c:200): Connected TCP socket, consider using "
+	     "--tcp-established option.\n",
+	     "Error (criu/sk-inet.c:200): Connected TCP socket, consider using --tcp-established "
+	     "option.",
+	     "with --tcp-established"},
+	    /* io_uring, and a deleted file too big to save. */
+	    {"(00.1) Error (criu/files-ext.c:94): Can't dump file 5 of that type [600] (anon "
+	     "[io_uring])\n",
+	     "Error (criu/files-ext.c:94): Can't dump file 5 of that type [600] (anon [io_uring])",
+	     "CRIU cannot save an io_uring"},
+	    {"(00.1) Error (criu/files-reg.c:1031): Can't dump ghost file /tmp/big of 300000000 "
+	     "size, increase limit\n",
+	     "Error (criu/files-reg.c:1031): Can't dump ghost file /tmp/big of 300000000 size, "
+	     "increase limit",
+	     "a deleted file the process holds is bigger"},
+	};
 
 	(void)state;
-	assert_true(fd >= 0);
-	assert_int_equal(write(fd, log, strlen(log)), (ssize_t)strlen(log));
-	close(fd);
-	summary = criu_log_errors(path, 3);
-	unlink(path);
-	assert_non_null(summary);
-	assert_string_equal(summary, "Error (compel/src/lib/infect.c:417): Unable to detach | "
-				     "Error (criu/cr-dump.c:1998): Dumping FAILED.");
-	free(summary);
-}
+	for (size_t i = 0; i < ARRAY_SIZE(cases); i++) {
+		struct criu_cause cause;
 
-/* The first line that names a cause leads the summary, where the echoes
- * of the failure after it would push it out of the last lines. */
-static void criu_log_summary_cause_first(void **state)
-{
-	char path[] = "/tmp/stasis-unit-criu-log-XXXXXX";
-	int fd = mkstemp(path);
-	const char log[] =
-	    "(00.012206)  27057: Error (criu/files-reg.c:2294): Can't restore the deleted file "
-	    "dev/shm/x: a file of that name is in the way\n"
-	    "(00.012213)  27057: Error (criu/files.c:1221): Unable to open fd=3 id=0xb\n"
-	    "(00.012327) Error (criu/cr-restore.c:2334): Restoring FAILED.\n"
-	    "(00.012400) Error (criu/cr-restore.c:1269): 27057 killed by signal 9: Killed\n";
-	char *summary;
-
-	(void)state;
-	assert_true(fd >= 0);
-	assert_int_equal(write(fd, log, strlen(log)), (ssize_t)strlen(log));
-	close(fd);
-	summary = criu_log_errors(path, 3);
-	unlink(path);
-	assert_non_null(summary);
-	assert_string_equal(summary,
-			    "27057: Error (criu/files-reg.c:2294): Can't restore the deleted file "
-			    "dev/shm/x: a file of that name is in the way | "
-			    "Error (criu/cr-restore.c:2334): Restoring FAILED. | "
-			    "Error (criu/cr-restore.c:1269): 27057 killed by signal 9: Killed");
-	free(summary);
+		assert_int_equal(criu_cause_find(cases[i].log, &cause), 0);
+		if (!cases[i].line)
+			assert_null(cause.line);
+		else
+			assert_string_equal(cause.line, cases[i].line);
+		if (!cases[i].remedy)
+			assert_null(cause.remedy);
+		else if (!cause.remedy || !strstr(cause.remedy, cases[i].remedy))
+			fail_msg("case %zu: remedy '%s' lacks '%s'", i,
+				 cause.remedy ? cause.remedy : "(none)", cases[i].remedy);
+		criu_cause_free(&cause);
+	}
 }
 
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(wrap_and_hint),
-	    cmocka_unit_test(one_line),
-	    cmocka_unit_test(versions_and_sizes),
-	    cmocka_unit_test(uuids),
-	    cmocka_unit_test(growing_arrays),
-	    cmocka_unit_test(criu_log_summary),
-	    cmocka_unit_test(criu_log_summary_cause_first),
+	    cmocka_unit_test(wrap_and_hint),	  cmocka_unit_test(one_line),
+	    cmocka_unit_test(versions_and_sizes), cmocka_unit_test(uuids),
+	    cmocka_unit_test(growing_arrays),	  cmocka_unit_test(criu_causes),
 	};
 
 	return cmocka_run_group_tests_name("error", tests, NULL, NULL);

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "breakpoints.h"
+#include "criu-causes.h"
 #include "devfiles.h"
 #include "exec.h"
 #include "interrupt.h"
@@ -284,83 +285,29 @@ static const char *without_timestamp(const char *line)
 	return line;
 }
 
-/* Errors CRIU logs and goes on after, which would push a failure's cause
- * out of its summary: raising its own RLIMIT_NOFILE fails without
- * CAP_SYS_RESOURCE (criu/util.c, every dump and restore on machines whose
- * root lacks it), and CRIU carries on with the limit it has. */
-static bool criu_goes_on_after(const char *line)
-{
-	return strstr(line, "rlimit: Can't setup RLIMIT_NOFILE for self") != NULL;
-}
-
-/* Errors CRIU logs because another failed before, which name no cause:
- * the descriptor it could not open, the task killed, the whole run. */
-static bool criu_echoes_failure(const char *line)
-{
-	static const char *const echoes[] = {"Unable to open fd=", "killed by signal",
-					     "Restoring FAILED", "Dumping FAILED"};
-
-	for (size_t i = 0; i < ARRAY_SIZE(echoes); i++)
-		if (strstr(line, echoes[i]))
-			return true;
-	return false;
-}
-
-char *criu_log_errors(const char *log_path, int max_lines)
-{
-	_cleanup_free_ char *log = read_file_str(log_path, NULL);
-	const char *lines[16], *cause = NULL;
-	int n = 0;
-	char *out = NULL;
-	size_t len = 0;
-	FILE *f;
-
-	if (!log)
-		return NULL;
-	if (max_lines > (int)ARRAY_SIZE(lines))
-		max_lines = ARRAY_SIZE(lines);
-	for (char *line = strtok(log, "\n"); line; line = strtok(NULL, "\n")) {
-		if ((!strstr(line, "Error") && !strstr(line, "error")) || criu_goes_on_after(line))
-			continue;
-		if (!cause && !criu_echoes_failure(line))
-			cause = line;
-		if (n == max_lines) {
-			memmove(lines, lines + 1, sizeof(lines[0]) * (size_t)(n - 1));
-			n--;
-		}
-		lines[n++] = line;
-	}
-	/* The first line naming a cause leads, where the echoes of the
-	 * failure that follow it would push it out of the last lines. */
-	if (cause && n == max_lines && max_lines > 1) {
-		bool kept = false;
-
-		for (int i = 0; i < n; i++)
-			kept = kept || lines[i] == cause;
-		if (!kept)
-			lines[0] = cause; /* in place of the oldest echo */
-	}
-	f = open_memstream(&out, &len);
-	if (!f)
-		return NULL;
-	for (int i = 0; i < n; i++) {
-		fprintf(f, "%s%s", i ? " | " : "", without_timestamp(lines[i]));
-	}
-	fclose(f);
-	return out;
-}
-
-/* Less room than this where CRIU's log is, and the file system was full. */
+/* Less room than this where CRIU wrote, and its file system was full. */
 #define LOG_ROOM_MIN (1u << 20)
 
-static int criu_failure(struct stasis_error **err, const char *what, int ret, const char *dir,
-			const char *log_file)
+static bool is_full(const char *dir)
 {
-	char log_path[4096];
-	_cleanup_free_ char *lines = NULL;
 	struct statvfs fs;
 
+	return dir && statvfs(dir, &fs) == 0 && (uint64_t)fs.f_bavail * fs.f_frsize < LOG_ROOM_MIN;
+}
+
+/* dir: CRIU's work folder, which holds log_file; images: where a dump
+ * wrote the image (NULL for a restore, which writes only its log). */
+static int criu_failure(struct stasis_error **err, const char *what, int ret, const char *dir,
+			const char *log_file, const char *images)
+{
+	char log_path[4096];
+	_cleanup_free_ char *log = NULL;
+	struct criu_cause cause;
+	const char *full;
+	int r;
+
 	snprintf(log_path, sizeof(log_path), "%s/%s", dir, log_file);
+	log = read_file_str(log_path, NULL);
 	if (ret == -ECOMM && stasis_interrupted()) {
 		/* Ctrl-C reaches CRIU too (one process group): the user's own
 		 * stop, not a crash. */
@@ -371,8 +318,6 @@ static int criu_failure(struct stasis_error **err, const char *what, int ret, co
 	if (ret == -ECOMM) {
 		/* The socket closed without an answer: CRIU was killed, by a
 		 * signal or the OOM killer. Its log stops where it died. */
-		_cleanup_free_ char *log = read_file_str(log_path, NULL);
-
 		stasis_error_set(
 		    err, EIO, STASIS_DOMAIN_CRIU, ret,
 		    "criu %s failed: CRIU died without answering (killed by a signal, "
@@ -380,18 +325,25 @@ static int criu_failure(struct stasis_error **err, const char *what, int ret, co
 		    what, log && *last_line(log) ? without_timestamp(last_line(log)) : "(empty)");
 		return stasis_error_hint(err, "full log: %s", log_path);
 	}
-	lines = criu_log_errors(log_path, 3);
+	if (criu_cause_find(log, &cause) < 0)
+		return stasis_error_errno(err, ENOMEM, "criu %s failed; its log: %s", what,
+					  log_path);
 	/* On a full file system CRIU's log is cut short too, maybe before
-	 * its cause: the file system says it. */
-	if (statvfs(dir, &fs) == 0 && (uint64_t)fs.f_bavail * fs.f_frsize < LOG_ROOM_MIN) {
+	 * its cause: the file system says it, the image's or the log's. */
+	full = is_full(images) ? images : is_full(dir) ? dir : NULL;
+	if (full)
 		stasis_error_set(err, ENOSPC, STASIS_DOMAIN_CRIU, ret,
 				 "criu %s failed: No space left on device in %s; its log: %s", what,
-				 dir, lines && *lines ? lines : "(no error lines)");
-		return stasis_error_hint(err, "full log: %s", log_path);
-	}
-	stasis_error_set(err, EIO, STASIS_DOMAIN_CRIU, ret, "criu %s failed: %s", what,
-			 lines && *lines ? lines : "no error lines in its log");
-	return stasis_error_hint(err, "full log: %s", log_path);
+				 full, cause.line ? cause.line : "(no error lines)");
+	else
+		stasis_error_set(err, EIO, STASIS_DOMAIN_CRIU, ret, "criu %s failed: %s", what,
+				 cause.line ? cause.line : "no error lines in its log");
+	/* The line that names the cause, what to do about it, and where the
+	 * rest is. */
+	r = cause.remedy ? stasis_error_hint(err, "%s; full log: %s", cause.remedy, log_path)
+			 : stasis_error_hint(err, "full log: %s", log_path);
+	criu_cause_free(&cause);
+	return r;
 }
 
 /* CRIU's own "criu check": its RPC form answers without saying why, so the
@@ -536,7 +488,7 @@ int criu_run_dump(const struct criu_dump_request *req, struct stasis_error **err
 	current_notify = NULL;
 	criu_local_free_opts(opts);
 	if (r < 0)
-		return criu_failure(err, "dump", r, work, req->log_file);
+		return criu_failure(err, "dump", r, work, req->log_file, req->images_dir);
 	return 0;
 }
 
@@ -578,7 +530,7 @@ int criu_run_restore(const struct criu_restore_request *req, pid_t *root_out,
 	current_notify = NULL;
 	criu_local_free_opts(opts);
 	if (r < 0)
-		return criu_failure(err, "restore", r, req->work_dir, req->log_file);
+		return criu_failure(err, "restore", r, req->work_dir, req->log_file, NULL);
 	*root_out = r;
 	return 0;
 }

@@ -105,7 +105,4 @@ int criu_run_dump(const struct criu_dump_request *req, struct stasis_error **err
 int criu_run_restore(const struct criu_restore_request *req, pid_t *root_out,
 		     struct stasis_error **err);
 
-/* The last error lines of a CRIU log, joined with " | "; caller frees. */
-char *criu_log_errors(const char *log_path, int max_lines);
-
 #endif

@@ -205,7 +205,7 @@ void image_discard(const char *dir, bool made)
 	snprintf(sub, sizeof(sub), "%s/%s", dir, IMAGE_CRIU_SUBDIR);
 	d = opendir(sub);
 	while (d && (de = readdir(d))) {
-		if (de->d_type != DT_DIR && !image_is_log_file(de->d_name))
+		if (de->d_type != DT_DIR)
 			unlinkat(dirfd(d), de->d_name, 0);
 	}
 	if (d)
@@ -214,6 +214,33 @@ void image_discard(const char *dir, bool made)
 	rmdir(sub);
 	if (made)
 		rmdir(dir);
+}
+
+int image_take_logs(const char *dir, const char *work)
+{
+	char sub[PATH_MAX];
+	_cleanup_close_ int to = -1;
+	struct dirent *de;
+	int r = 0;
+	DIR *d;
+
+	snprintf(sub, sizeof(sub), "%s/%s", dir, IMAGE_CRIU_SUBDIR);
+	to = open(sub, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	d = opendir(work);
+	if (to < 0 || !d) {
+		r = -errno;
+		if (d)
+			closedir(d);
+		return r;
+	}
+	while ((de = readdir(d)) && r == 0) {
+		if (de->d_type != DT_REG ||
+		    (!image_is_log_file(de->d_name) && strcmp(de->d_name, "stats-dump") != 0))
+			continue;
+		r = copy_file_at(dirfd(d), de->d_name, to);
+	}
+	closedir(d);
+	return r;
 }
 
 static bool listed(const struct manifest *m, const char *name)

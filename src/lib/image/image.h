@@ -31,11 +31,16 @@ int image_prepare(const char *dir, struct stasis_error **err);
  * mode. Restore refuses anything else before it reads a file. */
 int image_check_folder(const char *dir, struct stasis_error **err);
 
-/* After a checkpoint failed: frees what it wrote into a DIR that
- * image_prepare accepted (made: it made DIR), keeping CRIU's logs, which
- * the error names; nothing once the manifest is written. A failed dump must not keep the disk full.
- */
+/* After a checkpoint failed: removes what it wrote into a DIR that
+ * image_prepare accepted, leaving DIR as it was (made: it made DIR, which
+ * goes); nothing once the manifest is written. CRIU's logs are in the
+ * checkpoint's work folder, which the error names. */
 void image_discard(const char *dir, bool made);
+
+/* After a checkpoint succeeded: CRIU's logs and statistics ("*.log",
+ * "stats-dump") from its work folder go with the image, into DIR/criu
+ * (they are no part of what the manifest lists). -errno. */
+int image_take_logs(const char *dir, const char *work);
 
 /* Hashes the pages images while CRIU writes them, and starts their
  * writeback early, so that the checksum after the dump reads only what

@@ -92,7 +92,8 @@ static int runc_dump(struct target *t, struct manifest *m, struct stasis_error *
 		return stasis_error_set(err, EIO, STASIS_DOMAIN_CRIU, 0,
 					"runc checkpoint failed: injected fault");
 	progress_begin("runc checkpoint of %zu process%s", m->nprocs, m->nprocs == 1 ? "" : "es");
-	r = runc_checkpoint(NULL, t->id, t->images, t->images, t->checkpoint->leave_running, err);
+	r = runc_checkpoint(NULL, t->id, t->images, t->work[0] ? t->work : t->images,
+			    t->checkpoint->leave_running, err);
 	progress_end();
 	manifest_add_phase(m, "runc_checkpoint", now_usec() - start);
 	return r;
@@ -217,7 +218,10 @@ static int runc_dump_held(struct target *t, struct manifest *m, int (*held)(void
 		unmark_held(t->id, mark);
 		return r;
 	}
-	snprintf(work, sizeof(work), "%s/runc", t->dir);
+	if (t->work[0])
+		snprintf(work, sizeof(work), "%s", t->work);
+	else
+		snprintf(work, sizeof(work), "%s/runc", t->dir);
 	progress_begin("runc checkpoint of %zu process%s", m->nprocs, m->nprocs == 1 ? "" : "es");
 	r = runc_checkpoint(NULL, t->id, t->images, work, true, err);
 	progress_end();

@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "criu-causes.h"
 #include "criu-rpc.h"
 #include "exec.h"
 #include "proc.h"
@@ -105,24 +106,31 @@ int runc_list(struct runc_container **out, size_t *n, struct stasis_error **err)
 	return 0;
 }
 
-/* runc's last error, from its JSON log, with CRIU's own error lines. */
+/* runc's last error, from its JSON log, with the line of CRIU's log that
+ * names the cause and what to do about it. */
 static int runc_failure(struct stasis_error **err, const char *what, const char *id,
 			const char *log, const char *criu_log)
 {
-	_cleanup_free_ char *text = read_file_str(log, NULL), *criu = NULL;
+	_cleanup_free_ char *text = read_file_str(log, NULL), *criu = read_file_str(criu_log, NULL);
 	const char *msg = "no error in its log";
+	struct criu_cause cause = {0};
 	json_object *o = NULL, *v;
+	int r;
 
 	if (text && *last_line(text)) {
 		o = json_tokener_parse(last_line(text));
 		if (o && json_object_object_get_ex(o, "msg", &v))
 			msg = json_object_get_string(v);
 	}
-	criu = criu_log_errors(criu_log, 2);
+	if (criu)
+		criu_cause_find(criu, &cause);
 	stasis_error_set(err, EIO, STASIS_DOMAIN_CRIU, 0, "runc %s of '%s' failed: %s%s%s", what,
-			 id, msg, criu && *criu ? " | CRIU: " : "", criu ? criu : "");
+			 id, msg, cause.line ? " | CRIU: " : "", cause.line ? cause.line : "");
 	json_object_put(o);
-	return stasis_error_hint(err, "logs: %s, %s", log, criu_log);
+	r = cause.remedy ? stasis_error_hint(err, "%s; logs: %s, %s", cause.remedy, log, criu_log)
+			 : stasis_error_hint(err, "logs: %s, %s", log, criu_log);
+	criu_cause_free(&cause);
+	return r;
 }
 
 /* runc [--root ROOT] COMMAND ARGS... with its JSON log and CRIU's log in

@@ -107,9 +107,12 @@ struct target {
 	char images[PATH_MAX];	  /* CRIU's image folder: inside dir, or the stage */
 	char stage[PATH_MAX];	  /* at checkpoint, a staging folder in memory, or "" */
 	bool thp_for_gpu_step;	  /* at checkpoint: huge pages set until the GPU checkpoint */
-	/* At restore: root's work folder for CRIU's log and statistics and a
-	 * runtime's work, never inside the image (which may be read-only);
-	 * "": a folder restore-PID in dir (a migration's staging folder). */
+	/* Root's work folder for CRIU's log and statistics and a runtime's
+	 * work, never inside the image (run-work.h): at checkpoint, so that a
+	 * failed one leaves the image folder as it found it; at restore, as
+	 * the image may be read-only. "": at checkpoint, the image's CRIU
+	 * folder; at restore, a folder restore-PID in dir (a migration's
+	 * staging folder). */
 	char work[PATH_MAX];
 };
 

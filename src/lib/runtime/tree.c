@@ -109,6 +109,7 @@ static int tree_dump(struct target *t, struct manifest *m, struct stasis_error *
 	struct criu_dump_request req = {
 	    .pid = t->root,
 	    .images_dir = t->images,
+	    .work_dir = t->work[0] ? t->work : NULL,
 	    .log_file = "dump.log",
 	    .leave_running = o->leave_running,
 	    .shell_job = o->shell_job,
@@ -135,7 +136,7 @@ static int tree_dump(struct target *t, struct manifest *m, struct stasis_error *
 		if (r < 0)
 			return r;
 		req.images_dir = image_pack_stage(post_dump.packer);
-		req.work_dir = t->images;
+		req.work_dir = t->work[0] ? t->work : t->images;
 	} else if (post_dump.dir) {
 		/* Without the follower the seal hashes everything after the dump. */
 		image_follow_start(t->dir, &post_dump.follower, NULL);
@@ -192,6 +193,7 @@ static int tree_dump_held(struct target *t, struct manifest *m, int (*held)(void
 	struct criu_dump_request req = {
 	    .pid = t->root,
 	    .images_dir = t->images,
+	    .work_dir = t->work[0] ? t->work : NULL,
 	    .log_file = "dump.log",
 	    .notify = on_held_notify,
 	};
