@@ -47,7 +47,8 @@ const struct command commands[] = {
      "      --compress        zstd the memory pages on the way to disk; CRIU writes\n"
      "                        through a staging folder in memory ($STASIS_STAGE_DIR,\n"
      "                        default /dev/shm), and restore decompresses there\n"
-     "      --print-stats, --json  print phase timings as JSON on stdout\n"
+     "      --print-stats, --json  print phase timings and CRIU's statistics\n"
+     "                        (freezing_time, frozen_time, ...) as JSON on stdout\n"
      "                        (progress goes to stderr only on a terminal without it)\n"},
     {"restore", cmd_restore, "restore a process tree or container from an image",
      "usage: stasis restore -D DIR [options]\n"
@@ -72,7 +73,8 @@ const struct command commands[] = {
      "      --thp             transparent huge pages 'always' while it runs\n"
      "      --trust-key FILE  accept an image sealed with the key in FILE, not only\n"
      "                        one sealed by this host (up to 8 times)\n"
-     "      --print-stats, --json  print phase timings as JSON on stdout\n"
+     "      --print-stats, --json  print phase timings and CRIU's statistics\n"
+     "                        (freezing_time, frozen_time, ...) as JSON on stdout\n"
      "                        (progress goes to stderr only on a terminal without it)\n"},
     {"migrate", cmd_migrate, "move a running process tree or container to another host",
      "usage: stasis migrate PID --to HOST:PORT --key-file FILE [options]\n"

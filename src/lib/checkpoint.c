@@ -514,6 +514,10 @@ int stasis_checkpoint(const struct stasis_checkpoint_options *o, struct manifest
 	/* Durable here: every seal flushed the image before its manifest. */
 	manifest_add_phase(m, "durable", now_usec() - start);
 	manifest_add_phase(m, "total", now_usec() - start);
+	/* CRIU's statistics, for --print-stats: what cannot be read of them
+	 * leaves them out, the image is whole. */
+	snprintf(t.images, sizeof(t.images), "%s/%s", o->dir, IMAGE_CRIU_SUBDIR);
+	criu_stats_read_dump(t.images, &m->criu_dump, NULL);
 	/* Rewrite the manifest so it carries the final timings too. */
 	return image_write_manifest(o->dir, m, err);
 }
