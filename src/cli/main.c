@@ -111,10 +111,23 @@ const struct command commands[] = {
      "      --once            return after one migration, with its status\n"
      "      --json            one JSON line per migration\n"},
     {"inspect", cmd_inspect, "show what an image holds",
-     "usage: stasis inspect DIR [--json]\n"
+     "usage: stasis inspect DIR [--ps-tree] [--files] [--sockets] [--mounts] [--stats]\n"
+     "                          [--all] [--format tree|json] [--json]\n"
      "\n"
      "Process tree, options, GPUs, sizes, phase timings and versions of an image,\n"
-     "and whether it is sealed by this host (restore refuses it otherwise).\n"},
+     "and whether it is sealed by this host (restore refuses it otherwise).\n"
+     "The views of checkpointctl's inspect, read from CRIU's own files:\n"
+     "\n"
+     "      --ps-tree         CRIU's process tree: PID, name, state\n"
+     "      --files           each process's open files, cwd and root\n"
+     "      --sockets         each process's sockets: protocol, state, addresses\n"
+     "      --mounts          a container's mounts (from its OCI spec)\n"
+     "      --stats           CRIU's dump statistics (freezing_time, frozen_time,\n"
+     "                        memdump_time, memwrite_time, pages_scanned, ...)\n"
+     "      --all             every view\n"
+     "      --format json, --json  the manifest and the views as JSON, the views\n"
+     "                        under checkpointctl's names (statistics,\n"
+     "                        process_tree, file_descriptors, sockets, mounts)\n"},
     {"demo", cmd_demo, "checkpoint and restore the built-in sample workload",
      "usage: stasis demo [--gpu|--cpu] [DIR]\n"
      "\n"

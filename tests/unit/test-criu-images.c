@@ -25,6 +25,7 @@
 #include "pstree.pb-c.h"
 #include "stats.pb-c.h"
 #include "util.h"
+#include "views.h"
 
 #define COMMON 0x54564319u
 #define SERVICE 0x55105940u
@@ -388,6 +389,29 @@ static void test_tree_refusals(void **state)
 	remove_dir_tree(dir);
 }
 
+/* A process that is its own parent: the JSON tree stops, the root found. */
+static void test_views_own_parent(void **state)
+{
+	_cleanup_free_ char *dir = make_dir();
+	struct image_views views;
+	struct stasis_error *err = NULL;
+	json_object *root = json_object_new_object();
+	char criu[600];
+
+	(void)state;
+	snprintf(criu, sizeof(criu), "%s/criu", dir);
+	assert_int_equal(mkdir(criu, 0700), 0);
+	write_tree(criu, 101);
+	memset(&views, 0, sizeof(views));
+	views.shown = VIEW_PS_TREE;
+	assert_int_equal(criu_view_read(criu, 0, &views.tree, &err), 0);
+	views_to_json(&views, root);
+	assert_non_null(json_object_to_json_string(root));
+	json_object_put(root);
+	views_free(&views);
+	remove_dir_tree(dir);
+}
+
 /* Each file of a good tree damaged at random (bits flipped, cut, grown):
  * read or refused, never read past. */
 static void test_damaged_images(void **state)
@@ -459,9 +483,9 @@ static void test_damaged_images(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_tree_reads_back), cmocka_unit_test(test_stats_read_back),
-	    cmocka_unit_test(test_stats_malformed), cmocka_unit_test(test_tree_refusals),
-	    cmocka_unit_test(test_damaged_images),
+	    cmocka_unit_test(test_tree_reads_back),  cmocka_unit_test(test_stats_read_back),
+	    cmocka_unit_test(test_stats_malformed),  cmocka_unit_test(test_tree_refusals),
+	    cmocka_unit_test(test_views_own_parent), cmocka_unit_test(test_damaged_images),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

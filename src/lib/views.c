@@ -1,0 +1,278 @@
+/* SPDX-License-Identifier: MIT */
+#include "views.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util.h"
+
+/* How deep the JSON process tree goes: a chain of processes deeper than
+ * this in an image is cut there. */
+#define VIEW_MAX_DEPTH 256
+
+static int mounts_read(const struct manifest *m, struct image_views *v, struct stasis_error **err)
+{
+	json_object *spec, *mounts;
+	size_t n;
+
+	if (!m->container.spec)
+		return 0;
+	spec = json_tokener_parse(m->container.spec);
+	if (!spec)
+		return stasis_error_set(err, EINVAL, STASIS_DOMAIN_IMAGE, 0,
+					"the manifest's OCI spec is not JSON");
+	if (!json_object_object_get_ex(spec, "mounts", &mounts) ||
+	    !json_object_is_type(mounts, json_type_array)) {
+		json_object_put(spec);
+		return 0;
+	}
+	n = json_object_array_length(mounts);
+	v->mounts = calloc(n ? n : 1, sizeof(*v->mounts));
+	if (!v->mounts) {
+		json_object_put(spec);
+		return stasis_error_errno(err, ENOMEM, "out of memory");
+	}
+	for (size_t i = 0; i < n; i++) {
+		json_object *mount = json_object_array_get_idx(mounts, i), *field;
+		struct view_mount *vm = &v->mounts[v->nmounts++];
+		const char *text[3] = {"", "", ""};
+		static const char *const keys[3] = {"destination", "type", "source"};
+
+		for (int k = 0; k < 3; k++)
+			if (json_object_object_get_ex(mount, keys[k], &field) &&
+			    json_object_is_type(field, json_type_string))
+				text[k] = json_object_get_string(field);
+		vm->destination = strdup(text[0]);
+		vm->type = strdup(text[1]);
+		vm->source = strdup(text[2]);
+		if (!vm->destination || !vm->type || !vm->source) {
+			json_object_put(spec);
+			return stasis_error_errno(err, ENOMEM, "out of memory");
+		}
+	}
+	json_object_put(spec);
+	return 0;
+}
+
+int views_read(const char *dir, const struct manifest *m, unsigned int views,
+	       struct image_views *out, struct stasis_error **err)
+{
+	char criu[PATH_MAX];
+	unsigned int what = 0;
+	int r = 0;
+
+	memset(out, 0, sizeof(*out));
+	out->shown = views;
+	snprintf(criu, sizeof(criu), "%s/%s", dir, IMAGE_CRIU_SUBDIR);
+	if (views & VIEW_STATS)
+		r = criu_stats_read_dump(criu, &out->stats, err);
+	if (views & VIEW_FILES)
+		what |= CRIU_VIEW_FILES;
+	if (views & VIEW_SOCKETS)
+		what |= CRIU_VIEW_SOCKETS;
+	if (r >= 0 && (views & (VIEW_PS_TREE | VIEW_FILES | VIEW_SOCKETS)))
+		r = criu_view_read(criu, what, &out->tree, err);
+	if (r >= 0 && (views & VIEW_MOUNTS))
+		r = mounts_read(m, out, err);
+	if (r < 0) {
+		views_free(out);
+		return r;
+	}
+	return 0;
+}
+
+void views_free(struct image_views *v)
+{
+	if (!v)
+		return;
+	criu_view_free(&v->tree);
+	for (size_t i = 0; i < v->nmounts; i++) {
+		free(v->mounts[i].destination);
+		free(v->mounts[i].type);
+		free(v->mounts[i].source);
+	}
+	free(v->mounts);
+	memset(v, 0, sizeof(*v));
+}
+
+static bool in_tree(const struct criu_tree_view *t, pid_t pid)
+{
+	for (size_t i = 0; i < t->nprocs; i++)
+		if (t->procs[i].pid == pid)
+			return true;
+	return false;
+}
+
+const struct criu_process_view *views_root(const struct image_views *v)
+{
+	/* CRIU writes the root first; its parent is outside the tree. */
+	if (v->tree.nprocs && !in_tree(&v->tree, v->tree.procs[0].ppid))
+		return &v->tree.procs[0];
+	return NULL;
+}
+
+static json_object *ps_node(const struct criu_tree_view *t, const size_t *by_ppid,
+			    const struct criu_process_view *p, int depth)
+{
+	json_object *o = json_object_new_object(), *children = json_object_new_array();
+	size_t lo = 0, hi = t->nprocs;
+
+	json_object_object_add(o, "pid", json_object_new_int(p->pid));
+	json_object_object_add(o, "command", json_object_new_string(p->comm));
+	json_object_object_add(o, "task_state", json_object_new_string(p->task_state));
+	/* The first of its children in by_ppid, then each. */
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (t->procs[by_ppid[mid]].ppid < p->pid)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	for (size_t i = lo; depth < VIEW_MAX_DEPTH && i < t->nprocs; i++) {
+		const struct criu_process_view *c = &t->procs[by_ppid[i]];
+
+		if (c->ppid != p->pid)
+			break;
+		if (c != p)
+			json_object_array_add(children, ps_node(t, by_ppid, c, depth + 1));
+	}
+	if (json_object_array_length(children))
+		json_object_object_add(o, "children", children);
+	else
+		json_object_put(children);
+	return o;
+}
+
+static int compare_ppid(const void *a, const void *b, void *tree)
+{
+	const struct criu_tree_view *t = tree;
+	pid_t x = t->procs[*(const size_t *)a].ppid;
+	pid_t y = t->procs[*(const size_t *)b].ppid;
+
+	return x < y ? -1 : x > y;
+}
+
+static void add_ps_tree(const struct image_views *v, json_object *root)
+{
+	const struct criu_process_view *top = views_root(v);
+	_cleanup_free_ size_t *by_ppid =
+	    calloc(v->tree.nprocs ? v->tree.nprocs : 1, sizeof(*by_ppid));
+
+	if (!top || !by_ppid)
+		return;
+	for (size_t i = 0; i < v->tree.nprocs; i++)
+		by_ppid[i] = i;
+	qsort_r(by_ppid, v->tree.nprocs, sizeof(*by_ppid), compare_ppid, (void *)&v->tree);
+	json_object_object_add(root, "process_tree", ps_node(&v->tree, by_ppid, top, 0));
+}
+
+static void add_files(const struct image_views *v, json_object *root)
+{
+	json_object *all = json_object_new_array();
+
+	for (size_t i = 0; i < v->tree.nprocs; i++) {
+		const struct criu_process_view *p = &v->tree.procs[i];
+		json_object *o = json_object_new_object(), *files = json_object_new_array();
+
+		json_object_object_add(o, "pid", json_object_new_int(p->pid));
+		for (size_t j = 0; j < p->nfiles; j++) {
+			json_object *f = json_object_new_object();
+
+			json_object_object_add(f, "type", json_object_new_string(p->files[j].type));
+			json_object_object_add(f, "fd", json_object_new_string(p->files[j].fd));
+			json_object_object_add(f, "path", json_object_new_string(p->files[j].path));
+			json_object_array_add(files, f);
+		}
+		json_object_object_add(o, "open_files", files);
+		json_object_array_add(all, o);
+	}
+	json_object_object_add(root, "file_descriptors", all);
+}
+
+static void add_sockets(const struct image_views *v, json_object *root)
+{
+	json_object *all = json_object_new_array();
+
+	for (size_t i = 0; i < v->tree.nprocs; i++) {
+		const struct criu_process_view *p = &v->tree.procs[i];
+		json_object *o, *sockets;
+
+		if (!p->nsockets)
+			continue;
+		o = json_object_new_object();
+		sockets = json_object_new_array();
+		json_object_object_add(o, "pid", json_object_new_int(p->pid));
+		for (size_t j = 0; j < p->nsockets; j++) {
+			const struct criu_socket_view *s = &p->sockets[j];
+			json_object *node = json_object_new_object(),
+				    *data = json_object_new_object();
+			bool unix_sk = !strcmp(s->family, "UNIX");
+
+			json_object_object_add(node, "fd", json_object_new_int(s->fd));
+			json_object_object_add(node, "fd_type", json_object_new_string(s->fd_type));
+			json_object_object_add(
+			    node, "protocol",
+			    json_object_new_string(unix_sk ? "UNIX" : s->protocol));
+			json_object_object_add(data, "type",
+					       json_object_new_string(unix_sk ? "UNIX" : s->type));
+			if (unix_sk) {
+				json_object_object_add(data, "socket_type",
+						       json_object_new_string(s->type));
+				json_object_object_add(data, "address",
+						       json_object_new_string(s->src));
+			}
+			json_object_object_add(data, "state", json_object_new_string(s->state));
+			if (!unix_sk && s->src) {
+				json_object_object_add(data, "src", json_object_new_string(s->src));
+				json_object_object_add(data, "src_port",
+						       json_object_new_int((int)s->src_port));
+				json_object_object_add(data, "dst", json_object_new_string(s->dst));
+				json_object_object_add(data, "dst_port",
+						       json_object_new_int((int)s->dst_port));
+			}
+			json_object_object_add(data, "send_buf",
+					       json_object_new_uint64(s->send_buf));
+			json_object_object_add(data, "recv_buf",
+					       json_object_new_uint64(s->recv_buf));
+			json_object_object_add(node, "data", data);
+			json_object_array_add(sockets, node);
+		}
+		json_object_object_add(o, "open_sockets", sockets);
+		json_object_array_add(all, o);
+	}
+	json_object_object_add(root, "sockets", all);
+}
+
+static void add_mounts(const struct image_views *v, json_object *root)
+{
+	json_object *all = json_object_new_array();
+
+	for (size_t i = 0; i < v->nmounts; i++) {
+		json_object *o = json_object_new_object();
+
+		json_object_object_add(o, "destination",
+				       json_object_new_string(v->mounts[i].destination));
+		json_object_object_add(o, "type", json_object_new_string(v->mounts[i].type));
+		json_object_object_add(o, "source", json_object_new_string(v->mounts[i].source));
+		json_object_array_add(all, o);
+	}
+	json_object_object_add(root, "mounts", all);
+}
+
+void views_to_json(const struct image_views *v, json_object *root)
+{
+	if ((v->shown & VIEW_STATS) && v->stats.present)
+		json_object_object_add(root, "statistics", stats_criu_json(&v->stats, NULL));
+	if (v->shown & VIEW_PS_TREE)
+		add_ps_tree(v, root);
+	if (v->shown & VIEW_FILES)
+		add_files(v, root);
+	if (v->shown & VIEW_SOCKETS)
+		add_sockets(v, root);
+	if (v->shown & VIEW_MOUNTS)
+		add_mounts(v, root);
+}
