@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "progress.h"
 #include "note.h"
 #include "runc-wrap.h"
 #include "stasis.h"
@@ -49,7 +50,10 @@ const struct command commands[] = {
      "                        default /dev/shm), and restore decompresses there\n"
      "      --print-stats, --json  print phase timings and CRIU's statistics\n"
      "                        (freezing_time, frozen_time, ...) as JSON on stdout\n"
-     "                        (progress goes to stderr only on a terminal without it)\n"},
+     "      --progress        show progress on stderr also with --json or off a\n"
+     "                        terminal (a line every 5 s there); on a terminal\n"
+     "                        without --json it is shown anyway: the GPU copy's\n"
+     "                        and the pages' bytes done, of how many, and rate\n"},
     {"restore", cmd_restore, "restore a process tree or container from an image",
      "usage: stasis restore -D DIR [options]\n"
      "\n"
@@ -75,7 +79,10 @@ const struct command commands[] = {
      "                        one sealed by this host (up to 8 times)\n"
      "      --print-stats, --json  print phase timings and CRIU's statistics\n"
      "                        (freezing_time, frozen_time, ...) as JSON on stdout\n"
-     "                        (progress goes to stderr only on a terminal without it)\n"},
+     "      --progress        show progress on stderr also with --json or off a\n"
+     "                        terminal (a line every 5 s there); on a terminal\n"
+     "                        without --json it is shown anyway: the GPU copy's\n"
+     "                        and the pages' bytes done, of how many, and rate\n"},
     {"migrate", cmd_migrate, "move a running process tree or container to another host",
      "usage: stasis migrate PID --to HOST:PORT --key-file FILE [options]\n"
      "       stasis migrate --runtime runc ID --to HOST:PORT --key-file FILE [options]\n"
@@ -229,6 +236,14 @@ bool cli_parse_pid(const char *text, pid_t *pid)
 bool cli_decorate(bool json)
 {
 	return !json && isatty(STDERR_FILENO);
+}
+
+void cli_progress(bool json, bool asked)
+{
+	if (isatty(STDERR_FILENO) && (asked || !json))
+		progress_set_mode(PROGRESS_TERMINAL);
+	else
+		progress_set_mode(asked ? PROGRESS_LINES : PROGRESS_OFF);
 }
 
 static void print_overview(FILE *out)

@@ -175,6 +175,10 @@ static int describe_gpus(struct gpu_batch *batch, struct manifest *m)
 		}
 	}
 	nvml_describe_processes(m);
+	for (size_t i = 0; i < batch->n; i++)
+		for (size_t j = 0; j < m->nprocs; j++)
+			if (m->procs[j].pid == batch->procs[i].pid)
+				batch->procs[i].gpu_bytes = m->procs[j].gpu_bytes;
 	return 0;
 }
 
