@@ -168,6 +168,7 @@ static void print_process(FILE *out, const struct image_views *v, const struct c
 			  int depth)
 {
 	int indent = 2 + 4 * depth;
+	size_t n, first;
 
 	fprintf(out, "%*s[%d] %s", indent, "", (int)p->pid, p->comm);
 	if (strcmp(p->task_state, "Alive"))
@@ -179,11 +180,13 @@ static void print_process(FILE *out, const struct image_views *v, const struct c
 		fprintf(out, "%*s[%s%s%s] %s\n", indent + 4, "", p->files[i].type,
 			*p->files[i].type ? " " : "", p->files[i].fd, p->files[i].path);
 	print_sockets(out, p, indent + 2);
-	if (depth >= 64)
-		return;
-	for (size_t i = 0; i < v->tree.nprocs; i++)
-		if (v->tree.procs[i].ppid == p->pid && &v->tree.procs[i] != p)
-			print_process(out, v, &v->tree.procs[i], depth + 1);
+	first = views_children(v, p->pid, &n);
+	for (size_t i = first; depth < 64 && i < first + n; i++) {
+		const struct criu_process_view *c = &v->tree.procs[v->by_ppid[i]];
+
+		if (c != p)
+			print_process(out, v, c, depth + 1);
+	}
 }
 
 static void print_views(FILE *out, const struct image_views *v)

@@ -57,6 +57,45 @@ static int mounts_read(const struct manifest *m, struct image_views *v, struct s
 	return 0;
 }
 
+static int compare_ppid(const void *a, const void *b, void *tree)
+{
+	const struct criu_tree_view *t = tree;
+	pid_t x = t->procs[*(const size_t *)a].ppid;
+	pid_t y = t->procs[*(const size_t *)b].ppid;
+
+	return x < y ? -1 : x > y;
+}
+
+/* The index of the tree's processes by parent, for their children. */
+static int index_children(struct image_views *v, struct stasis_error **err)
+{
+	v->by_ppid = calloc(v->tree.nprocs ? v->tree.nprocs : 1, sizeof(*v->by_ppid));
+	if (!v->by_ppid)
+		return stasis_error_errno(err, ENOMEM, "out of memory");
+	for (size_t i = 0; i < v->tree.nprocs; i++)
+		v->by_ppid[i] = i;
+	qsort_r(v->by_ppid, v->tree.nprocs, sizeof(*v->by_ppid), compare_ppid, &v->tree);
+	return 0;
+}
+
+size_t views_children(const struct image_views *v, pid_t pid, size_t *n)
+{
+	size_t lo = 0, hi = v->tree.nprocs, end;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (v->tree.procs[v->by_ppid[mid]].ppid < pid)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	for (end = lo; end < v->tree.nprocs && v->tree.procs[v->by_ppid[end]].ppid == pid; end++)
+		;
+	*n = end - lo;
+	return lo;
+}
+
 int views_read(const char *dir, const struct manifest *m, unsigned int views,
 	       struct image_views *out, struct stasis_error **err)
 {
@@ -75,6 +114,8 @@ int views_read(const char *dir, const struct manifest *m, unsigned int views,
 		what |= CRIU_VIEW_SOCKETS;
 	if (r >= 0 && (views & (VIEW_PS_TREE | VIEW_FILES | VIEW_SOCKETS)))
 		r = criu_view_read(criu, what, &out->tree, err);
+	if (r >= 0)
+		r = index_children(out, err);
 	if (r >= 0 && (views & VIEW_MOUNTS))
 		r = mounts_read(m, out, err);
 	if (r < 0) {
@@ -89,6 +130,7 @@ void views_free(struct image_views *v)
 	if (!v)
 		return;
 	criu_view_free(&v->tree);
+	free(v->by_ppid);
 	for (size_t i = 0; i < v->nmounts; i++) {
 		free(v->mounts[i].destination);
 		free(v->mounts[i].type);
@@ -114,31 +156,20 @@ const struct criu_process_view *views_root(const struct image_views *v)
 	return NULL;
 }
 
-static json_object *ps_node(const struct criu_tree_view *t, const size_t *by_ppid,
-			    const struct criu_process_view *p, int depth)
+static json_object *ps_node(const struct image_views *v, const struct criu_process_view *p,
+			    int depth)
 {
 	json_object *o = json_object_new_object(), *children = json_object_new_array();
-	size_t lo = 0, hi = t->nprocs;
+	size_t n, first = views_children(v, p->pid, &n);
 
 	json_object_object_add(o, "pid", json_object_new_int(p->pid));
 	json_object_object_add(o, "command", json_object_new_string(p->comm));
 	json_object_object_add(o, "task_state", json_object_new_string(p->task_state));
-	/* The first of its children in by_ppid, then each. */
-	while (lo < hi) {
-		size_t mid = lo + (hi - lo) / 2;
+	for (size_t i = first; depth < VIEW_MAX_DEPTH && i < first + n; i++) {
+		const struct criu_process_view *c = &v->tree.procs[v->by_ppid[i]];
 
-		if (t->procs[by_ppid[mid]].ppid < p->pid)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	for (size_t i = lo; depth < VIEW_MAX_DEPTH && i < t->nprocs; i++) {
-		const struct criu_process_view *c = &t->procs[by_ppid[i]];
-
-		if (c->ppid != p->pid)
-			break;
 		if (c != p)
-			json_object_array_add(children, ps_node(t, by_ppid, c, depth + 1));
+			json_object_array_add(children, ps_node(v, c, depth + 1));
 	}
 	if (json_object_array_length(children))
 		json_object_object_add(o, "children", children);
@@ -147,27 +178,12 @@ static json_object *ps_node(const struct criu_tree_view *t, const size_t *by_ppi
 	return o;
 }
 
-static int compare_ppid(const void *a, const void *b, void *tree)
-{
-	const struct criu_tree_view *t = tree;
-	pid_t x = t->procs[*(const size_t *)a].ppid;
-	pid_t y = t->procs[*(const size_t *)b].ppid;
-
-	return x < y ? -1 : x > y;
-}
-
 static void add_ps_tree(const struct image_views *v, json_object *root)
 {
 	const struct criu_process_view *top = views_root(v);
-	_cleanup_free_ size_t *by_ppid =
-	    calloc(v->tree.nprocs ? v->tree.nprocs : 1, sizeof(*by_ppid));
 
-	if (!top || !by_ppid)
-		return;
-	for (size_t i = 0; i < v->tree.nprocs; i++)
-		by_ppid[i] = i;
-	qsort_r(by_ppid, v->tree.nprocs, sizeof(*by_ppid), compare_ppid, (void *)&v->tree);
-	json_object_object_add(root, "process_tree", ps_node(&v->tree, by_ppid, top, 0));
+	if (top)
+		json_object_object_add(root, "process_tree", ps_node(v, top, 0));
 }
 
 static void add_files(const struct image_views *v, json_object *root)

@@ -28,6 +28,7 @@ struct image_views {
 	unsigned int shown; /* VIEW_* */
 	struct criu_dump_stats stats;
 	struct criu_tree_view tree;
+	size_t *by_ppid; /* indexes of tree.procs, sorted by parent */
 	struct view_mount *mounts;
 	size_t nmounts;
 };
@@ -47,5 +48,9 @@ json_object *stats_criu_json(const struct criu_dump_stats *d, const struct criu_
 
 /* The process of v's tree whose parent is not in it, the first such. */
 const struct criu_process_view *views_root(const struct image_views *v);
+
+/* The children of pid in v's tree: *n of them, v->tree.procs[v->by_ppid[i]]
+ * for i from the index returned. */
+size_t views_children(const struct image_views *v, pid_t pid, size_t *n);
 
 #endif

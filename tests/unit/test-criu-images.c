@@ -402,11 +402,45 @@ static void test_views_own_parent(void **state)
 	snprintf(criu, sizeof(criu), "%s/criu", dir);
 	assert_int_equal(mkdir(criu, 0700), 0);
 	write_tree(criu, 101);
-	memset(&views, 0, sizeof(views));
-	views.shown = VIEW_PS_TREE;
-	assert_int_equal(criu_view_read(criu, 0, &views.tree, &err), 0);
+	assert_int_equal(views_read(dir, NULL, VIEW_PS_TREE, &views, &err), 0);
 	views_to_json(&views, root);
 	assert_non_null(json_object_to_json_string(root));
+	json_object_put(root);
+	views_free(&views);
+	remove_dir_tree(dir);
+}
+
+/* A chain of 300 processes: the JSON tree is cut at its depth bound. */
+static void test_views_deep_chain(void **state)
+{
+	_cleanup_free_ char *dir = make_dir();
+	struct image_views views;
+	struct stasis_error *err = NULL;
+	json_object *root = json_object_new_object(), *node;
+	PstreeEntry p = PSTREE_ENTRY__INIT;
+	char criu[600];
+	struct img f;
+	int depth = 0;
+
+	(void)state;
+	snprintf(criu, sizeof(criu), "%s/criu", dir);
+	assert_int_equal(mkdir(criu, 0700), 0);
+	start(&f, COMMON, 0x50273030u);
+	for (uint32_t pid = 1000; pid < 1300; pid++) {
+		p.pid = pid;
+		p.ppid = pid == 1000 ? 1 : pid - 1;
+		entry(&f, &p.base);
+		write_process(criu, pid, "link");
+	}
+	save(criu, "pstree.img", &f);
+	assert_int_equal(views_read(dir, NULL, VIEW_PS_TREE, &views, &err), 0);
+	views_to_json(&views, root);
+	assert_true(json_object_object_get_ex(root, "process_tree", &node));
+	while (json_object_object_get_ex(node, "children", &node)) {
+		node = json_object_array_get_idx(node, 0);
+		depth++;
+	}
+	assert_int_equal(depth, 256);
 	json_object_put(root);
 	views_free(&views);
 	remove_dir_tree(dir);
@@ -485,7 +519,8 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_tree_reads_back),  cmocka_unit_test(test_stats_read_back),
 	    cmocka_unit_test(test_stats_malformed),  cmocka_unit_test(test_tree_refusals),
-	    cmocka_unit_test(test_views_own_parent), cmocka_unit_test(test_damaged_images),
+	    cmocka_unit_test(test_views_own_parent), cmocka_unit_test(test_views_deep_chain),
+	    cmocka_unit_test(test_damaged_images),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
