@@ -461,6 +461,21 @@ static bool checkpoint_thp_for_gpu_step(const struct stasis_checkpoint_options *
 	return false;
 }
 
+/* CRIU's statistics of the dump, for --print-stats, from its work folder:
+ * the image's CRIU folder, or runc's work folder in the image where runc
+ * dumped a container it held. What cannot be read of them leaves them out;
+ * the image is whole. */
+static void checkpoint_read_criu_stats(const char *dir, struct manifest *m)
+{
+	static const char *const work[] = {IMAGE_CRIU_SUBDIR, "runc"};
+	char path[PATH_MAX];
+
+	for (size_t i = 0; i < sizeof(work) / sizeof(work[0]) && !m->criu_dump.present; i++) {
+		snprintf(path, sizeof(path), "%s/%s", dir, work[i]);
+		criu_stats_read_dump(path, &m->criu_dump, NULL);
+	}
+}
+
 int stasis_checkpoint(const struct stasis_checkpoint_options *o, struct manifest *m,
 		      struct stasis_error **err)
 {
@@ -518,10 +533,7 @@ int stasis_checkpoint(const struct stasis_checkpoint_options *o, struct manifest
 	/* Durable here: every seal flushed the image before its manifest. */
 	manifest_add_phase(m, "durable", now_usec() - start);
 	manifest_add_phase(m, "total", now_usec() - start);
-	/* CRIU's statistics, for --print-stats: what cannot be read of them
-	 * leaves them out, the image is whole. */
-	snprintf(t.images, sizeof(t.images), "%s/%s", o->dir, IMAGE_CRIU_SUBDIR);
-	criu_stats_read_dump(t.images, &m->criu_dump, NULL);
+	checkpoint_read_criu_stats(o->dir, m);
 	/* Rewrite the manifest so it carries the final timings too. */
 	return image_write_manifest(o->dir, m, err);
 }
