@@ -30,6 +30,7 @@
 #include "progress.h"
 #include "stasis.h"
 #include "steps.h"
+#include "views.h"
 #include "target.h"
 #include "thp.h"
 #include "util.h"
@@ -461,21 +462,6 @@ static bool checkpoint_thp_for_gpu_step(const struct stasis_checkpoint_options *
 	return false;
 }
 
-/* CRIU's statistics of the dump, for --print-stats, from its work folder:
- * the image's CRIU folder, or runc's work folder in the image where runc
- * dumped a container it held. What cannot be read of them leaves them out;
- * the image is whole. */
-static void checkpoint_read_criu_stats(const char *dir, struct manifest *m)
-{
-	static const char *const work[] = {IMAGE_CRIU_SUBDIR, "runc"};
-	char path[PATH_MAX];
-
-	for (size_t i = 0; i < sizeof(work) / sizeof(work[0]) && !m->criu_dump.present; i++) {
-		snprintf(path, sizeof(path), "%s/%s", dir, work[i]);
-		criu_stats_read_dump(path, &m->criu_dump, NULL);
-	}
-}
-
 int stasis_checkpoint(const struct stasis_checkpoint_options *o, struct manifest *m,
 		      struct stasis_error **err)
 {
@@ -533,7 +519,9 @@ int stasis_checkpoint(const struct stasis_checkpoint_options *o, struct manifest
 	/* Durable here: every seal flushed the image before its manifest. */
 	manifest_add_phase(m, "durable", now_usec() - start);
 	manifest_add_phase(m, "total", now_usec() - start);
-	checkpoint_read_criu_stats(o->dir, m);
+	/* CRIU's statistics, for --print-stats: what cannot be read of them
+	 * leaves them out, the image is whole. */
+	views_dump_stats(o->dir, &m->criu_dump, NULL);
 	/* Rewrite the manifest so it carries the final timings too. */
 	return image_write_manifest(o->dir, m, err);
 }

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "util.h"
 
@@ -96,6 +97,22 @@ size_t views_children(const struct image_views *v, pid_t pid, size_t *n)
 	return lo;
 }
 
+int views_dump_stats(const char *dir, struct criu_dump_stats *out, struct stasis_error **err)
+{
+	static const char *const work[] = {IMAGE_CRIU_SUBDIR, "runc"};
+	char path[PATH_MAX];
+	int r = 0;
+
+	memset(out, 0, sizeof(*out));
+	for (size_t i = 0; r == 0 && i < sizeof(work) / sizeof(work[0]) && !out->present; i++) {
+		snprintf(path, sizeof(path), "%s/%s", dir, work[i]);
+		if (i > 0 && access(path, F_OK) != 0)
+			break; /* no runc work folder */
+		r = criu_stats_read_dump(path, out, err);
+	}
+	return r;
+}
+
 int views_read(const char *dir, const struct manifest *m, unsigned int views,
 	       struct image_views *out, struct stasis_error **err)
 {
@@ -107,7 +124,7 @@ int views_read(const char *dir, const struct manifest *m, unsigned int views,
 	out->shown = views;
 	snprintf(criu, sizeof(criu), "%s/%s", dir, IMAGE_CRIU_SUBDIR);
 	if (views & VIEW_STATS)
-		r = criu_stats_read_dump(criu, &out->stats, err);
+		r = views_dump_stats(dir, &out->stats, err);
 	if (views & VIEW_FILES)
 		what |= CRIU_VIEW_FILES;
 	if (views & VIEW_SOCKETS)

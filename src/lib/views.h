@@ -43,6 +43,11 @@ void views_free(struct image_views *v);
  * "process_tree", "file_descriptors", "sockets", "mounts", added to root. */
 void views_to_json(const struct image_views *v, json_object *root);
 
+/* CRIU's statistics of the dump that made the image in dir, from CRIU's
+ * work folder there: its CRIU folder, or runc's work folder where runc
+ * dumped a container it held. 0 without them where there are none. */
+int views_dump_stats(const char *dir, struct criu_dump_stats *out, struct stasis_error **err);
+
 /* CRIU's statistics under CRIU's names ("freezing_time", ...). */
 json_object *stats_criu_json(const struct criu_dump_stats *d, const struct criu_restore_stats *r);
 
