@@ -6,7 +6,9 @@
  * the protobuf-c code CRIU's build generates from its images' .proto files. An
  * image folder is input: every file is read whole within a bound, every
  * entry within its file, every allocation of the decoder within a budget,
- * and what the views need of each field is checked. */
+ * and what the views need of each field is checked. criu/criu-image.c reads
+ * pstree.img and the cores too, by hand, for the manifest's process list and
+ * the credentials a restore checks; the two could share one reader. */
 #ifndef STASIS_CRIU_IMAGES_H
 #define STASIS_CRIU_IMAGES_H
 
