@@ -14,12 +14,23 @@ WERROR   ?= -Werror
 CFLAGS   ?= -O2 -g
 CFLAGS   += -std=gnu11 -Wall -Wextra $(WERROR) -Wno-unused-parameter -Wno-format-truncation -pthread
 LIB_DIRS := src/lib $(patsubst %/,%,$(sort $(dir $(wildcard src/lib/*/*.h))))
-CPPFLAGS += -D_GNU_SOURCE $(addprefix -I,$(LIB_DIRS)) -I$(CRIU)/include -I$(CRIU)/include/criu -isystem $(CUDA_INC)
+CPPFLAGS += -D_GNU_SOURCE $(addprefix -I,$(LIB_DIRS)) -I$(CRIU)/include -I$(CRIU)/include/criu -isystem $(CUDA_INC) \
+	    -isystem $(CRIU)/images
 LDLIBS   += $(CRIU)/lib/libcriu.a -lprotobuf-c -ljson-c -lxxhash -lzstd $(shell pkg-config --libs gnutls) -ldl -pthread
 
 LIB_SRC  := $(wildcard src/lib/*.c src/lib/*/*.c)
 CLI_SRC  := $(wildcard src/cli/*.c)
 LIB_OBJ  := $(LIB_SRC:src/%.c=$(BUILD)/obj/%.o)
+# CRIU's image formats, in the protobuf-c code CRIU's build generated
+# (scripts/build-criu.sh installs it): those criu-images.c reads and those
+# they import.
+CRIU_PB  := stats pstree core fs fdinfo bpfmap-file core-aarch64 core-arm core-loongarch64 \
+	    core-mips core-ppc64 core-riscv64 core-s390 core-x86 creds eventfd eventpoll ext-file \
+	    fh fifo fown fsnotify memfd ns opts packet-sock pidfd pipe regfile rlimit rseq sa \
+	    siginfo signalfd sk-inet sk-netlink sk-opts sk-unix tcp-stream timer timerfd tty tun \
+	    google/protobuf/descriptor
+CRIU_PB_OBJ := $(CRIU_PB:%=$(BUILD)/obj/criu-images/%.pb-c.o)
+LIB_OBJ  += $(CRIU_PB_OBJ)
 CLI_OBJ  := $(CLI_SRC:src/%.c=$(BUILD)/obj/%.o)
 STASIS   := $(BUILD)/bin/stasis
 DEPS_OK  := $(BUILD)/.deps-ok
@@ -56,6 +67,13 @@ $(BUILD)/obj/%.o: src/%.c $(CRIU)/lib/libcriu.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -MMD -MP -c -o $@ $<
 
+# Made by CRIU's build, with libcriu.
+$(CRIU)/images/%.pb-c.c: $(CRIU)/lib/libcriu.a ;
+
+$(BUILD)/obj/criu-images/%.pb-c.o: $(CRIU)/images/%.pb-c.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -c -o $@ $<
+
 $(BUILD)/san/%.o: src/%.c $(CRIU)/lib/libcriu.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) $(SAN_FLAGS) -MMD -MP -c -o $@ $<
@@ -74,7 +92,7 @@ $(PLUGIN): $(PLUGIN_SRC) src/criu-plugin/plugin.h src/lib/gpu/plugin-wire.h $(CR
 $(BUILD)/bin/cuda-checkpoint: $(STASIS)
 	ln -sf stasis $@
 
-$(BUILD)/tests/test-%: tests/unit/test-%.c $(SAN_OBJ)
+$(BUILD)/tests/test-%: tests/unit/test-%.c $(SAN_OBJ) $(CRIU_PB_OBJ)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) $(SAN_FLAGS) -o $@ $^ $(LDLIBS) -lcmocka
 

@@ -24,6 +24,7 @@ patches=$({ cat $patch_files /dev/null; printf %s "$rundir"; } | sha256sum | cut
 
 if [ -x "$prefix/sbin/criu" ] && [ -f "$prefix/lib/libcriu.a" ] &&
 	[ -f "$prefix/lib/criu/cuda_plugin.so" ] && [ -f "$prefix/include/criu/criu-plugin.h" ] &&
+	[ -f "$prefix/images/stats.pb-c.c" ] && [ -f "$prefix/images/google/protobuf/descriptor.pb-c.c" ] &&
 	[ "$(cat "$prefix/patches" 2>/dev/null)" = "$patches" ]; then
 	exit 0
 fi
@@ -53,5 +54,13 @@ install -m 644 "$src/lib/c/libcriu.a" "$prefix/lib/libcriu.a"
 install -m 644 "$src/lib/c/criu.h" "$src/criu/include/version.h" \
 	"$src/images/rpc.pb-c.h" "$src/criu/include/criu-plugin.h" "$prefix/include/criu/"
 install -m 755 "$src/plugins/cuda/cuda_plugin.so" "$prefix/lib/criu/cuda_plugin.so"
+# The protobuf-c code CRIU's build generated from its image formats
+# (images/*.proto): stasis decodes CRIU's statistics, process tree, files
+# and sockets with it (criu-images.c).
+rm -rf "$prefix/images"
+mkdir -p "$prefix/images/google/protobuf"
+install -m 644 "$src"/images/*.pb-c.c "$src"/images/*.pb-c.h "$prefix/images/"
+install -m 644 "$src"/images/google/protobuf/descriptor.pb-c.c \
+	"$src"/images/google/protobuf/descriptor.pb-c.h "$prefix/images/google/protobuf/"
 echo "$patches" >"$prefix/patches"
 echo "build-criu: installed into $prefix"

@@ -50,6 +50,11 @@ void cli_forwarded_signals(sigset_t *set);
 /* Whether progress decoration may go to stderr (a terminal, no --json). */
 bool cli_decorate(bool json);
 
+/* The progress of a checkpoint or a restore: on a terminal without --json,
+ * or wherever --progress asks for it (then a plain line every few seconds
+ * off a terminal). */
+void cli_progress(bool json, bool asked);
+
 int cmd_checkpoint(int argc, char **argv);
 int cmd_restore(int argc, char **argv);
 int cmd_migrate(int argc, char **argv);

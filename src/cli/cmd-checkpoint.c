@@ -26,12 +26,13 @@ int cmd_checkpoint(int argc, char **argv)
 	    {"stage", no_argument, NULL, 'G'},
 	    {"print-stats", no_argument, NULL, 'P'},
 	    {"json", no_argument, NULL, 'P'},
+	    {"progress", no_argument, NULL, 'q'},
 	    {NULL, 0, NULL, 0},
 	};
 	struct stasis_checkpoint_options o = {0};
 	_cleanup_error_ struct stasis_error *err = NULL;
 	struct manifest m;
-	bool stats = false;
+	bool stats = false, progress = false;
 	int c, r;
 
 	opterr = 0;
@@ -82,6 +83,9 @@ int cmd_checkpoint(int argc, char **argv)
 		case 'P':
 			stats = true;
 			break;
+		case 'q':
+			progress = true;
+			break;
 		default:
 			return cli_usage_error("checkpoint", "unknown option '%s'",
 					       argv[optind - 1]);
@@ -102,7 +106,7 @@ int cmd_checkpoint(int argc, char **argv)
 	if (o.thp_always && o.no_thp)
 		return cli_usage_error("checkpoint", "--thp and --no-thp contradict each other");
 
-	progress_enable(cli_decorate(stats));
+	cli_progress(stats, progress);
 	stasis_install_interrupt_handlers();
 	manifest_init(&m);
 	r = stasis_checkpoint(&o, &m, &err);

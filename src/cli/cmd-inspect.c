@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 #include <getopt.h>
+#include <inttypes.h>
 #include <json-c/json.h>
 #include <stdlib.h>
 #include <stdio.h>
@@ -10,6 +11,7 @@
 #include "image-seal.h"
 #include "manifest.h"
 #include "util.h"
+#include "views.h"
 
 static void print_processes(FILE *out, const struct manifest *m)
 {
@@ -92,9 +94,14 @@ static void print_human(FILE *out, const char *dir, const struct manifest *m,
 			m->cuda_driver_version % 1000 / 10);
 	if (m->nvidia_driver)
 		fprintf(out, ", NVIDIA %s", m->nvidia_driver);
-	fprintf(out, "\noptions      %s%s%s%s\n", o->leave_running ? "leave-running " : "",
+	fprintf(out, "\noptions      %s%s%s%s%s%s%s\n", o->leave_running ? "leave-running " : "",
 		o->shell_job ? "shell-job " : "", o->tcp_established ? "tcp-established " : "",
-		!o->leave_running && !o->shell_job && !o->tcp_established ? "none" : "");
+		o->compress ? "compress " : "", o->staged ? "staged " : "",
+		o->link_remap ? "link-remap " : "",
+		!o->leave_running && !o->shell_job && !o->tcp_established && !o->compress &&
+			!o->staged && !o->link_remap
+		    ? "none"
+		    : "");
 	if (m->container.runtime)
 		fprintf(out, "container    %s '%s', bundle %s%s\n", m->container.runtime,
 			m->container.id, m->container.bundle ? m->container.bundle : "?",
@@ -115,6 +122,93 @@ static void print_human(FILE *out, const char *dir, const struct manifest *m,
 	fprintf(out, "\n");
 }
 
+/* checkpointctl's views, as its tree shows them, indented. */
+static void print_stats(FILE *out, const struct criu_dump_stats *d)
+{
+	if (!d->present) {
+		fprintf(out, "CRIU dump statistics: none in the image\n");
+		return;
+	}
+	fprintf(out, "CRIU dump statistics\n");
+	fprintf(out, "  freezing_time   %u us\n", d->freezing_time);
+	fprintf(out, "  frozen_time     %u us\n", d->frozen_time);
+	fprintf(out, "  memdump_time    %u us\n", d->memdump_time);
+	fprintf(out, "  memwrite_time   %u us\n", d->memwrite_time);
+	fprintf(out, "  pages_scanned   %" PRIu64 "\n", d->pages_scanned);
+	fprintf(out, "  pages_written   %" PRIu64 "\n", d->pages_written);
+}
+
+static void print_sockets(FILE *out, const struct criu_process_view *p, int indent)
+{
+	char send[32], recv[32];
+
+	if (!p->nsockets)
+		return;
+	fprintf(out, "%*sopen sockets\n", indent, "");
+	for (size_t i = 0; i < p->nsockets; i++) {
+		const struct criu_socket_view *s = &p->sockets[i];
+
+		format_bytes(s->send_buf, send, sizeof(send));
+		format_bytes(s->recv_buf, recv, sizeof(recv));
+		if (!strcmp(s->family, "UNIX"))
+			fprintf(out, "%*s[UNIX (%s)] %s\n", indent + 2, "", s->type,
+				s->src && *s->src ? s->src : "@");
+		else if (s->src)
+			fprintf(out, "%*s[%s%s%s%s] %s:%u -> %s:%u (send %s, receive %s)\n",
+				indent + 2, "", s->protocol, *s->state ? " (" : "", s->state,
+				*s->state ? ")" : "", s->src, s->src_port, s->dst, s->dst_port,
+				send, recv);
+		else
+			fprintf(out, "%*s[%s] (send %s, receive %s)\n", indent + 2, "", s->family,
+				send, recv);
+	}
+}
+
+static void print_process(FILE *out, const struct image_views *v, const struct criu_process_view *p,
+			  int depth)
+{
+	int indent = 2 + 4 * depth;
+	size_t n, first;
+
+	fprintf(out, "%*s[%d] %s", indent, "", (int)p->pid, p->comm);
+	if (strcmp(p->task_state, "Alive"))
+		fprintf(out, " (%s)", p->task_state);
+	fprintf(out, "\n");
+	if (p->nfiles)
+		fprintf(out, "%*sopen files\n", indent + 2, "");
+	for (size_t i = 0; i < p->nfiles; i++)
+		fprintf(out, "%*s[%s%s%s] %s\n", indent + 4, "", p->files[i].type,
+			*p->files[i].type ? " " : "", p->files[i].fd, p->files[i].path);
+	print_sockets(out, p, indent + 2);
+	first = views_children(v, p->pid, &n);
+	for (size_t i = first; depth < 64 && i < first + n; i++) {
+		const struct criu_process_view *c = &v->tree.procs[v->by_ppid[i]];
+
+		if (c != p)
+			print_process(out, v, c, depth + 1);
+	}
+}
+
+static void print_views(FILE *out, const struct image_views *v)
+{
+	const struct criu_process_view *root = views_root(v);
+
+	if (v->shown & VIEW_STATS)
+		print_stats(out, &v->stats);
+	if (v->shown & (VIEW_PS_TREE | VIEW_FILES | VIEW_SOCKETS)) {
+		fprintf(out, "process tree\n");
+		if (root)
+			print_process(out, v, root, 0);
+	}
+	if (v->shown & VIEW_MOUNTS) {
+		fprintf(out, "mounts%s\n",
+			v->nmounts ? "" : ": none of its own (a process tree has the host's)");
+		for (size_t i = 0; i < v->nmounts; i++)
+			fprintf(out, "  %s  type %s, source %s\n", v->mounts[i].destination,
+				v->mounts[i].type, v->mounts[i].source);
+	}
+}
+
 /* The manifest is input: what it says reaches the terminal as printable
  * ASCII only, so that no escape sequence in a command line or a name
  * plays on the terminal of whoever inspects it. */
@@ -128,7 +222,7 @@ static void put_printable(const char *text, size_t len)
 }
 
 static int print_human_safely(const char *dir, const struct manifest *m,
-			      const struct seal_seen *seal)
+			      const struct seal_seen *seal, const struct image_views *v)
 {
 	_cleanup_free_ char *text = NULL;
 	size_t len = 0;
@@ -137,8 +231,29 @@ static int print_human_safely(const char *dir, const struct manifest *m,
 	if (!f)
 		return -1;
 	print_human(f, dir, m, seal);
+	print_views(f, v);
 	fclose(f);
 	put_printable(text, len);
+	return 0;
+}
+
+static int print_json(const struct manifest *m, const struct seal_seen *seal,
+		      const struct image_views *v)
+{
+	_cleanup_free_ char *text = manifest_to_json(m, false);
+	json_object *root = text ? json_tokener_parse(text) : NULL, *o = json_object_new_object();
+
+	if (!root || !o) {
+		json_object_put(o);
+		json_object_put(root);
+		return -1;
+	}
+	json_object_object_add(o, "status", json_object_new_string(seal->status));
+	json_object_object_add(o, "key", json_object_new_string(seal->signer));
+	json_object_object_add(root, "seal", o);
+	views_to_json(v, root);
+	printf("%s\n", json_object_to_json_string_ext(root, JSON_C_TO_STRING_PRETTY));
+	json_object_put(root);
 	return 0;
 }
 
@@ -146,47 +261,74 @@ int cmd_inspect(int argc, char **argv)
 {
 	static const struct option options[] = {
 	    {"json", no_argument, NULL, 'j'},
+	    {"format", required_argument, NULL, 'f'},
+	    {"ps-tree", no_argument, NULL, 'p'},
+	    {"files", no_argument, NULL, 'F'},
+	    {"sockets", no_argument, NULL, 's'},
+	    {"mounts", no_argument, NULL, 'm'},
+	    {"stats", no_argument, NULL, 'S'},
+	    {"all", no_argument, NULL, 'a'},
 	    {NULL, 0, NULL, 0},
 	};
 	_cleanup_error_ struct stasis_error *err = NULL;
+	struct image_views v;
 	struct seal_seen seal;
+	unsigned int views = 0;
 	struct manifest m;
 	bool json = false;
-	int c;
+	int c, r;
 
 	opterr = 0;
 	while ((c = getopt_long(argc, argv, "", options, NULL)) != -1) {
-		if (c != 'j')
+		switch (c) {
+		case 'j':
+			json = true;
+			break;
+		case 'f':
+			if (strcmp(optarg, "json") && strcmp(optarg, "tree"))
+				return cli_usage_error(
+				    "inspect", "--format wants 'json' or 'tree', not '%s'", optarg);
+			json = !strcmp(optarg, "json");
+			break;
+		case 'p':
+			views |= VIEW_PS_TREE;
+			break;
+		case 'F':
+			views |= VIEW_FILES;
+			break;
+		case 's':
+			views |= VIEW_SOCKETS;
+			break;
+		case 'm':
+			views |= VIEW_MOUNTS;
+			break;
+		case 'S':
+			views |= VIEW_STATS;
+			break;
+		case 'a':
+			views |=
+			    VIEW_PS_TREE | VIEW_FILES | VIEW_SOCKETS | VIEW_MOUNTS | VIEW_STATS;
+			break;
+		default:
 			return cli_usage_error("inspect", "unknown option '%s'", argv[optind - 1]);
-		json = true;
+		}
 	}
 	if (optind != argc - 1)
 		return cli_usage_error("inspect", "expected one image directory");
 	manifest_init(&m);
-	if (image_read_any(argv[optind], &m, &seal.status, seal.signer, &err) < 0) {
+	r = image_read_any(argv[optind], &m, &seal.status, seal.signer, &err);
+	if (r == 0)
+		r = views_read(argv[optind], &m, views, &v, &err);
+	if (r < 0) {
 		manifest_free(&m);
 		return cli_fail("inspect", err);
 	}
-	if (json) {
-		_cleanup_free_ char *text = manifest_to_json(&m, false);
-		json_object *root = text ? json_tokener_parse(text) : NULL,
-			    *o = json_object_new_object();
-
-		if (root && o) {
-			json_object_object_add(o, "status", json_object_new_string(seal.status));
-			json_object_object_add(o, "key", json_object_new_string(seal.signer));
-			json_object_object_add(root, "seal", o);
-			o = NULL;
-			printf("%s\n",
-			       json_object_to_json_string_ext(root, JSON_C_TO_STRING_PRETTY));
-		}
-		json_object_put(o);
-		json_object_put(root);
-	} else if (print_human_safely(argv[optind], &m, &seal) < 0) {
-		manifest_free(&m);
+	r = json ? print_json(&m, &seal, &v) : print_human_safely(argv[optind], &m, &seal, &v);
+	views_free(&v);
+	manifest_free(&m);
+	if (r < 0) {
 		fprintf(stderr, "stasis inspect: out of memory\n");
 		return EXIT_FAILED;
 	}
-	manifest_free(&m);
 	return EXIT_OK;
 }

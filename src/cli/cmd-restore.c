@@ -26,6 +26,7 @@ int cmd_restore(int argc, char **argv)
 	    {"thp", no_argument, NULL, 'H'},
 	    {"print-stats", no_argument, NULL, 'P'},
 	    {"json", no_argument, NULL, 'P'},
+	    {"progress", no_argument, NULL, 'q'},
 	    {"trust-key", required_argument, NULL, 'T'},
 	    {NULL, 0, NULL, 0},
 	};
@@ -33,7 +34,7 @@ int cmd_restore(int argc, char **argv)
 	const char *trust_keys[SEAL_MAX_TRUSTED];
 	_cleanup_error_ struct stasis_error *err = NULL;
 	struct manifest m;
-	bool stats = false;
+	bool stats = false, progress = false;
 	pid_t root = 0;
 	int c, r;
 
@@ -70,6 +71,9 @@ int cmd_restore(int argc, char **argv)
 		case 'P':
 			stats = true;
 			break;
+		case 'q':
+			progress = true;
+			break;
 		case 'T':
 			if (o.trust.nkey_files == SEAL_MAX_TRUSTED)
 				return cli_usage_error("restore", "at most %d --trust-key files",
@@ -86,7 +90,7 @@ int cmd_restore(int argc, char **argv)
 	if (!o.dir)
 		return cli_usage_error("restore", "missing -D DIR");
 
-	progress_enable(cli_decorate(stats));
+	cli_progress(stats, progress);
 	manifest_init(&m);
 	r = stasis_restore(&o, &m, &root, &err);
 	if (r < 0) {

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "progress.h"
 #include "note.h"
 #include "runc-wrap.h"
 #include "stasis.h"
@@ -47,8 +48,12 @@ const struct command commands[] = {
      "      --compress        zstd the memory pages on the way to disk; CRIU writes\n"
      "                        through a staging folder in memory ($STASIS_STAGE_DIR,\n"
      "                        default /dev/shm), and restore decompresses there\n"
-     "      --print-stats, --json  print phase timings as JSON on stdout\n"
-     "                        (progress goes to stderr only on a terminal without it)\n"},
+     "      --print-stats, --json  print phase timings and CRIU's statistics\n"
+     "                        (freezing_time, frozen_time, ...) as JSON on stdout\n"
+     "      --progress        show progress on stderr also with --json or off a\n"
+     "                        terminal (a line every 5 s there); on a terminal\n"
+     "                        without --json it is shown anyway: the GPU copy's\n"
+     "                        and the pages' bytes done, of how many, and rate\n"},
     {"restore", cmd_restore, "restore a process tree or container from an image",
      "usage: stasis restore -D DIR [options]\n"
      "\n"
@@ -72,8 +77,12 @@ const struct command commands[] = {
      "      --thp             transparent huge pages 'always' while it runs\n"
      "      --trust-key FILE  accept an image sealed with the key in FILE, not only\n"
      "                        one sealed by this host (up to 8 times)\n"
-     "      --print-stats, --json  print phase timings as JSON on stdout\n"
-     "                        (progress goes to stderr only on a terminal without it)\n"},
+     "      --print-stats, --json  print phase timings and CRIU's statistics\n"
+     "                        (freezing_time, frozen_time, ...) as JSON on stdout\n"
+     "      --progress        show progress on stderr also with --json or off a\n"
+     "                        terminal (a line every 5 s there); on a terminal\n"
+     "                        without --json it is shown anyway: the GPU copy's\n"
+     "                        and the pages' bytes done, of how many, and rate\n"},
     {"migrate", cmd_migrate, "move a running process tree or container to another host",
      "usage: stasis migrate PID --to HOST:PORT --key-file FILE [options]\n"
      "       stasis migrate --runtime runc ID --to HOST:PORT --key-file FILE [options]\n"
@@ -109,10 +118,23 @@ const struct command commands[] = {
      "      --once            return after one migration, with its status\n"
      "      --json            one JSON line per migration\n"},
     {"inspect", cmd_inspect, "show what an image holds",
-     "usage: stasis inspect DIR [--json]\n"
+     "usage: stasis inspect DIR [--ps-tree] [--files] [--sockets] [--mounts] [--stats]\n"
+     "                          [--all] [--format tree|json] [--json]\n"
      "\n"
      "Process tree, options, GPUs, sizes, phase timings and versions of an image,\n"
-     "and whether it is sealed by this host (restore refuses it otherwise).\n"},
+     "and whether it is sealed by this host (restore refuses it otherwise).\n"
+     "The views of checkpointctl's inspect, read from CRIU's own files:\n"
+     "\n"
+     "      --ps-tree         CRIU's process tree: PID, name, state\n"
+     "      --files           each process's open files, cwd and root\n"
+     "      --sockets         each process's sockets: protocol, state, addresses\n"
+     "      --mounts          a container's mounts (from its OCI spec)\n"
+     "      --stats           CRIU's dump statistics (freezing_time, frozen_time,\n"
+     "                        memdump_time, memwrite_time, pages_scanned, ...)\n"
+     "      --all             every view\n"
+     "      --format json, --json  the manifest and the views as JSON, the views\n"
+     "                        under checkpointctl's names (statistics,\n"
+     "                        process_tree, file_descriptors, sockets, mounts)\n"},
     {"demo", cmd_demo, "checkpoint and restore the built-in sample workload",
      "usage: stasis demo [--gpu|--cpu] [DIR]\n"
      "\n"
@@ -216,6 +238,14 @@ bool cli_parse_pid(const char *text, pid_t *pid)
 bool cli_decorate(bool json)
 {
 	return !json && isatty(STDERR_FILENO);
+}
+
+void cli_progress(bool json, bool asked)
+{
+	if (isatty(STDERR_FILENO) && (asked || !json))
+		progress_set_mode(PROGRESS_TERMINAL);
+	else
+		progress_set_mode(asked ? PROGRESS_LINES : PROGRESS_OFF);
 }
 
 static void print_overview(FILE *out)

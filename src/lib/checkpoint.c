@@ -31,6 +31,7 @@
 #include "run-work.h"
 #include "stasis.h"
 #include "steps.h"
+#include "views.h"
 #include "target.h"
 #include "thp.h"
 #include "util.h"
@@ -176,6 +177,10 @@ static int describe_gpus(struct gpu_batch *batch, struct manifest *m)
 		}
 	}
 	nvml_describe_processes(m);
+	for (size_t i = 0; i < batch->n; i++)
+		for (size_t j = 0; j < m->nprocs; j++)
+			if (m->procs[j].pid == batch->procs[i].pid)
+				batch->procs[i].gpu_bytes = m->procs[j].gpu_bytes;
 	return 0;
 }
 
@@ -527,13 +532,18 @@ int stasis_checkpoint(const struct stasis_checkpoint_options *o, struct manifest
 	if (o->thp_always || t.thp_for_gpu_step)
 		thp_always_end();
 	/* Errors name their step and process already. */
-	if (r == 0) {
-		/* Durable here: every seal flushed the image before its manifest. */
-		manifest_add_phase(m, "durable", now_usec() - start);
-		manifest_add_phase(m, "total", now_usec() - start);
-		/* Rewrite the manifest so it carries the final timings too. */
-		r = image_write_manifest(o->dir, m, err);
+	if (r < 0) {
+		checkpoint_work_end(&t, r, err);
+		return r;
 	}
-	checkpoint_work_end(&t, r, err);
-	return r;
+	/* Durable here: every seal flushed the image before its manifest. */
+	manifest_add_phase(m, "durable", now_usec() - start);
+	manifest_add_phase(m, "total", now_usec() - start);
+	/* CRIU's log and statistics into the image, then its statistics, for
+	 * --print-stats: what cannot be read of them leaves them out, the
+	 * image is whole. */
+	checkpoint_work_end(&t, 0, err);
+	views_dump_stats(o->dir, &m->criu_dump, NULL);
+	/* Rewrite the manifest so it carries the final timings too. */
+	return image_write_manifest(o->dir, m, err);
 }

@@ -308,6 +308,10 @@ static int restore_verified(const struct stasis_restore_options *o, struct manif
 	if (r < 0)
 		return r;
 	r = restore_target(&t, m, verifier, root_out, err);
+	/* CRIU's statistics, for --print-stats: what cannot be read of them
+	 * leaves them out, the tree runs. */
+	if (r == 0)
+		criu_stats_read_restore(t.work, &m->criu_restore, NULL);
 	restore_work_end(t.work, r, err);
 	return r;
 }

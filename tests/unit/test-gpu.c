@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +21,7 @@
 #include "gpu.h"
 #include "gpumap.h"
 #include "nccl.h"
+#include "progress.h"
 #include "util.h"
 
 /* Real processes that wait to be killed: stasis tells an exited process
@@ -93,6 +95,44 @@ static void suspend_resume_four(void **state)
 	assert_int_equal(gpu_resume(&b, &err), 0);
 	for (size_t i = 0; i < 4; i++)
 		assert_int_equal(get_state(b.procs[i].pid), CUDA_PROCESS_RUNNING);
+	assert_null(err);
+	gpu_batch_free(&b);
+}
+
+/* The GPU copy's progress: each process's GPU memory once its step is
+ * done, of their sum, on the line progress writes to stderr. */
+static void copy_progress(void **state)
+{
+	char path[] = "/tmp/stasis-progress-XXXXXX";
+	int fd = mkstemp(path), saved = dup(STDERR_FILENO);
+	_cleanup_free_ char *text = NULL;
+	struct stasis_error *err = NULL;
+	struct gpu_batch b;
+
+	(void)state;
+	assert_true(fd >= 0 && saved >= 0);
+	make_batch(&b, 2);
+	b.procs[0].gpu_bytes = 1ull << 30;
+	b.procs[1].gpu_bytes = 3ull << 30;
+	setenv("FAKE_CUDA_DELAY", "checkpoint:1200", 1);
+	fflush(stderr);
+	dup2(fd, STDERR_FILENO);
+	progress_set_mode(PROGRESS_LINES);
+	assert_int_equal(gpu_suspend(&b, &err), 0);
+	progress_set_mode(PROGRESS_OFF);
+	fflush(stderr);
+	dup2(saved, STDERR_FILENO);
+	close(saved);
+	close(fd);
+	unsetenv("FAKE_CUDA_DELAY");
+	text = read_file_str(path, NULL);
+	unlink(path);
+	assert_non_null(text);
+	if (!strstr(text, "stasis: GPU checkpoint of 2 CUDA processes: 4.0 GiB of 4.0 GiB, "))
+		fail_msg("progress: '%s'", text);
+	/* No line for the lock, which took no time. */
+	assert_null(strstr(text, "GPU lock"));
+	assert_int_equal(gpu_resume(&b, &err), 0);
 	assert_null(err);
 	gpu_batch_free(&b);
 }
@@ -367,6 +407,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test_setup(suspend_resume_four, setup),
+	    cmocka_unit_test_setup(copy_progress, setup),
 	    cmocka_unit_test_setup(find_only_cuda, setup),
 	    cmocka_unit_test_setup(rollback_paths, setup),
 	    cmocka_unit_test_setup(managed_memory_hint, setup),

@@ -7,7 +7,8 @@
  * FUSE folder fails once they are in memory), rootfs-diff (a
  * containerd image container's diff at checkpoint), rootfs-apply (its
  * apply at restore, inside the runc link), stage-slow (the write of a
- * staged --leave-running image sleeps 0.5 s a chunk), and
+ * staged --leave-running image sleeps 0.5 s a chunk), dump-slow (a tree's
+ * CRIU dump starts 1.2 s late, its progress shown), and
  * "signal-after-checkpoint" (raise SIGTERM mid-way). */
 #ifndef STASIS_FAULT_H
 #define STASIS_FAULT_H

@@ -280,3 +280,15 @@ pid_t proc_ns_pid(pid_t pid)
 		last = tok;
 	return last ? (pid_t)atoi(last) : 0;
 }
+
+uint64_t proc_rss_anon(pid_t pid)
+{
+	char path[64];
+	_cleanup_free_ char *status = NULL;
+	const char *line;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	status = read_file_str(path, NULL);
+	line = status ? strstr(status, "\nRssAnon:") : NULL;
+	return line ? strtoull(line + strlen("\nRssAnon:"), NULL, 10) * 1024 : 0;
+}

@@ -51,4 +51,7 @@ int proc_tree_describe(pid_t root, struct manifest *m, struct stasis_error **err
 /* True when pid is this process or one of its ancestors. */
 bool proc_is_self_or_ancestor(pid_t pid);
 
+/* pid's private memory in RAM (RssAnon), in bytes; 0 when unknown. */
+uint64_t proc_rss_anon(pid_t pid);
+
 #endif

@@ -13,35 +13,82 @@
 #define TICK_MS 250
 
 static struct {
-	bool enabled, running, stop, shown;
+	enum progress_mode mode;
+	bool running, stop, shown;
 	char what[160];
 	uint64_t start;
 	pthread_t thread;
 	pthread_mutex_t lock;
 	pthread_cond_t wake;
 	atomic_uint_fast64_t bytes; /* moved in this phase, when counted */
+	/* Under lock: the phase's size, and who counts what it moved. */
+	uint64_t total;
+	uint64_t (*poll)(void *arg);
+	void *poll_arg;
 } progress = {.lock = PTHREAD_MUTEX_INITIALIZER, .wake = PTHREAD_COND_INITIALIZER};
 
 void progress_enable(bool on)
 {
-	progress.enabled = on;
+	progress.mode = on ? PROGRESS_TERMINAL : PROGRESS_OFF;
 }
 
-/* "what... 1.2 s", with the bytes moved and their rate when counted. */
+void progress_set_mode(enum progress_mode mode)
+{
+	progress.mode = mode;
+}
+
+void progress_format(char *buf, size_t size, const char *what, const char *sep, double secs,
+		     uint64_t done, uint64_t total)
+{
+	char moved[32], all[32], rate[32];
+
+	if (!done && !total) {
+		snprintf(buf, size, "stasis: %s%s %.1f s", what, sep, secs);
+		return;
+	}
+	if (total && done > total)
+		total = done; /* an estimate fell short */
+	format_bytes(done, moved, sizeof(moved));
+	format_bytes(secs > 0 ? (uint64_t)((double)done / secs) : 0, rate, sizeof(rate));
+	if (total)
+		snprintf(buf, size, "stasis: %s%s %s of %s, %s/s, %.1f s", what, sep, moved,
+			 format_bytes(total, all, sizeof(all)), rate, secs);
+	else
+		snprintf(buf, size, "stasis: %s%s %s, %s/s, %.1f s", what, sep, moved, rate, secs);
+}
+
+/* The line as it stands; the caller holds the lock. */
 static void show_line(const char *sep)
 {
 	double secs = (double)(now_usec() - progress.start) / 1e6;
 	uint64_t bytes = atomic_load(&progress.bytes);
-	char moved[32], rate[32];
+	char line[320];
 
-	if (!bytes) {
-		fprintf(stderr, "\r\033[Kstasis: %s%s %.1f s", progress.what, sep, secs);
-		return;
+	if (progress.poll) {
+		uint64_t polled = progress.poll(progress.poll_arg);
+
+		bytes = polled > bytes ? polled : bytes;
 	}
-	format_bytes(bytes, moved, sizeof(moved));
-	format_bytes(secs > 0 ? (uint64_t)((double)bytes / secs) : 0, rate, sizeof(rate));
-	fprintf(stderr, "\r\033[Kstasis: %s%s %s, %s/s, %.1f s", progress.what, sep, moved, rate,
-		secs);
+	progress_format(line, sizeof(line), progress.what, sep, secs, bytes, progress.total);
+	if (progress.mode == PROGRESS_TERMINAL)
+		fprintf(stderr, "\r\033[K%s", line);
+	else
+		fprintf(stderr, "%s\n", line);
+}
+
+void progress_set_total(uint64_t total)
+{
+	pthread_mutex_lock(&progress.lock);
+	progress.total = total;
+	pthread_mutex_unlock(&progress.lock);
+}
+
+void progress_poll_bytes(uint64_t (*done)(void *arg), void *arg)
+{
+	pthread_mutex_lock(&progress.lock);
+	progress.poll = done;
+	progress.poll_arg = arg;
+	pthread_mutex_unlock(&progress.lock);
 }
 
 void progress_add_bytes(uint64_t n)
@@ -64,7 +111,7 @@ static void *show(void *arg)
 		show_line("...");
 		fflush(stderr);
 		progress.shown = true;
-		wait_ms = TICK_MS;
+		wait_ms = progress.mode == PROGRESS_LINES ? PROGRESS_LINES_MS : TICK_MS;
 	}
 	pthread_mutex_unlock(&progress.lock);
 	return NULL;
@@ -74,13 +121,16 @@ void progress_begin(const char *fmt, ...)
 {
 	va_list ap;
 
-	if (!progress.enabled || progress.running)
+	if (progress.mode == PROGRESS_OFF || progress.running)
 		return;
 	va_start(ap, fmt);
 	vsnprintf(progress.what, sizeof(progress.what), fmt, ap);
 	va_end(ap);
 	progress.start = now_usec();
 	atomic_store(&progress.bytes, 0);
+	progress.total = 0;
+	progress.poll = NULL;
+	progress.poll_arg = NULL;
 	progress.stop = progress.shown = false;
 	progress.running = pthread_create(&progress.thread, NULL, show, NULL) == 0;
 }
@@ -95,8 +145,13 @@ void progress_end(void)
 	pthread_mutex_unlock(&progress.lock);
 	pthread_join(progress.thread, NULL);
 	progress.running = false;
+	pthread_mutex_lock(&progress.lock);
 	if (progress.shown) {
 		show_line(":");
-		fputc('\n', stderr);
+		if (progress.mode == PROGRESS_TERMINAL)
+			fputc('\n', stderr);
 	}
+	progress.poll = NULL;
+	progress.total = 0;
+	pthread_mutex_unlock(&progress.lock);
 }

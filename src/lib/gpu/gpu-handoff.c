@@ -47,6 +47,7 @@ int gpu_batch_of_restored(struct gpu_batch *batch, const struct manifest *m,
 		if (gpu_batch_add(batch, m->procs[i].pid) < 0)
 			return stasis_error_errno(err, ENOMEM, "out of memory");
 		batch->procs[batch->n - 1].state = CUDA_PROCESS_CHECKPOINTED;
+		batch->procs[batch->n - 1].gpu_bytes = m->procs[i].gpu_bytes;
 	}
 	return 0;
 }

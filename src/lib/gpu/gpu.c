@@ -154,6 +154,7 @@ static void *step_thread(void *opaque)
 		*timing = now_usec() - start;
 	p->touched = true;
 	if (r == CUDA_RES_SUCCESS) {
+		atomic_store(&p->step_done, true);
 		p->state = state_after[arg->step];
 	} else {
 		p->result = r;
@@ -188,6 +189,50 @@ static int for_each_parallel(struct gpu_batch *batch, enum gpu_step step, void *
 	return 0;
 }
 
+/* The GPU memory copied so far, for the progress line: all of each process
+ * done, and of one still copying to host memory what its private memory
+ * grew by since (the driver's copy lands there). */
+static uint64_t gpu_copied(void *opaque)
+{
+	const struct gpu_batch *batch = opaque;
+	uint64_t done = 0;
+
+	for (size_t i = 0; i < batch->n; i++) {
+		const struct gpu_process *p = &batch->procs[i];
+		uint64_t now;
+
+		if (atomic_load(&p->step_done)) {
+			done += p->gpu_bytes;
+			continue;
+		}
+		if (!p->rss_before)
+			continue;
+		now = proc_rss_anon(p->pid);
+		if (now > p->rss_before)
+			done +=
+			    now - p->rss_before < p->gpu_bytes ? now - p->rss_before : p->gpu_bytes;
+	}
+	return done;
+}
+
+/* The copies' progress in bytes, where their sizes are known. */
+static void progress_copies(struct gpu_batch *batch, enum gpu_step step)
+{
+	uint64_t total = 0;
+
+	for (size_t i = 0; i < batch->n; i++) {
+		batch->procs[i].rss_before = 0;
+		atomic_store(&batch->procs[i].step_done, false);
+		total += batch->procs[i].gpu_bytes;
+	}
+	if (!total || (step != GPU_STEP_CHECKPOINT && step != GPU_STEP_RESTORE))
+		return;
+	for (size_t i = 0; step == GPU_STEP_CHECKPOINT && i < batch->n; i++)
+		batch->procs[i].rss_before = proc_rss_anon(batch->procs[i].pid);
+	progress_set_total(total);
+	progress_poll_bytes(gpu_copied, batch);
+}
+
 static int run_parallel(struct gpu_batch *batch, enum gpu_step step, struct stasis_error **err)
 {
 	static const char *const names[GPU_STEPS] = {"GPU lock", "GPU checkpoint", "GPU restore",
@@ -199,6 +244,7 @@ static int run_parallel(struct gpu_batch *batch, enum gpu_step step, struct stas
 		batch->procs[i].failed_step = NULL;
 	progress_begin("%s of %zu CUDA process%s", names[step], batch->n,
 		       batch->n == 1 ? "" : "es");
+	progress_copies(batch, step);
 	r = for_each_parallel(batch, step, step_thread, false);
 	progress_end();
 	if (r < 0)

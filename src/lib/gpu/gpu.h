@@ -5,6 +5,7 @@
 #ifndef STASIS_GPU_H
 #define STASIS_GPU_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -22,6 +23,12 @@ struct gpu_process {
 	uint64_t lock_us, checkpoint_us, restore_us, unlock_us;
 	cuda_result result; /* of the last failed call */
 	const char *failed_step;
+	/* Its GPU memory where known (NVML), for the progress of the copies:
+	 * its private memory when the checkpoint began, which the driver's
+	 * copy grows, and whether the step running now is done for it. */
+	uint64_t gpu_bytes;
+	uint64_t rss_before;
+	atomic_bool step_done;
 };
 
 enum gpu_step { GPU_STEP_LOCK, GPU_STEP_CHECKPOINT, GPU_STEP_RESTORE, GPU_STEP_UNLOCK, GPU_STEPS };

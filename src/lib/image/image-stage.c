@@ -26,6 +26,7 @@
 #include "image-stage.h"
 #include "image.h"
 #include "note.h"
+#include "progress.h"
 #include "stasis.h"
 #include "util.h"
 
@@ -223,9 +224,28 @@ static int copy_from(struct staged_file *f, int in, char *buf)
 		fallocate(in, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)off, n);
 		off += (uint64_t)n;
 		f->done += (uint64_t)n;
+		progress_add_bytes((uint64_t)n);
 		f->flushed = image_flush_step(f->out, f->flushed, f->done);
 	}
 	return 0;
+}
+
+/* What the commit writes: every staged file and part, for its progress. */
+static uint64_t staged_bytes(const struct image_stager *s)
+{
+	uint64_t bytes = 0;
+	struct stat st;
+
+	for (size_t i = 0; i < s->nfiles; i++) {
+		const struct staged_file *f = &s->files[i];
+
+		if (fstat(f->in, &st) == 0)
+			bytes += (uint64_t)st.st_size;
+		for (size_t j = 0; j < f->nparts; j++)
+			if (fstat(f->parts[j], &st) == 0)
+				bytes += (uint64_t)st.st_size;
+	}
+	return bytes;
 }
 
 /* Copy f and its parts. */
@@ -491,8 +511,10 @@ int image_stage_commit(struct image_stager *s, struct manifest *m, struct stasis
 		    "the image CRIU staged is incomplete: %s (a file in parts with "
 		    "one missing, or a part without its file)",
 		    s->incomplete);
-	if (r == 0)
+	if (r == 0) {
+		progress_set_total(staged_bytes(s));
 		r = copy_files(s);
+	}
 	if (r < 0 && s->error)
 		failed = s->files[s->failed].name;
 	if (r == -EINTR)

@@ -302,6 +302,41 @@ int image_checksum(const char *dir, struct manifest *m, struct image_follower *f
 	return 0;
 }
 
+/* The bytes of CRIU's pages images in dir so far (the folder CRIU
+ * writes them into). */
+static uint64_t pages_written(void *dir)
+{
+	_cleanup_close_ int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	uint64_t bytes = 0;
+	struct dirent *e;
+	DIR *d;
+
+	if (fd < 0 || !(d = fdopendir(fd)))
+		return 0;
+	fd = -1; /* the stream owns it */
+	while ((e = readdir(d))) {
+		struct stat st;
+
+		if (strncmp(e->d_name, "pages-", 6) ||
+		    fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
+		    !S_ISREG(st.st_mode))
+			continue;
+		bytes += (uint64_t)st.st_size;
+	}
+	closedir(d);
+	return bytes;
+}
+
+void image_progress_pages(const struct manifest *m, const char *dir)
+{
+	struct image_estimate e;
+
+	/* After the GPU step its copy is in the processes' own memory. */
+	preflight_image_estimate(m, &e);
+	progress_set_total(e.host);
+	progress_poll_bytes(pages_written, (void *)dir);
+}
+
 void image_count_bytes(struct manifest *m)
 {
 	m->image_bytes = 0;

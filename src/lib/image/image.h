@@ -86,6 +86,11 @@ int image_take_processes(const char *criu_dir, struct manifest *m, struct stasis
 int image_check_processes(const char *criu_dir, const struct manifest *m,
 			  struct stasis_error **err);
 
+/* After progress_begin of CRIU's dump into dir (its CRIU folder, or where
+ * it is staged): the progress line counts the pages images' bytes so far
+ * of what m's processes hold in memory. dir must stay until progress_end. */
+void image_progress_pages(const struct manifest *m, const char *dir);
+
 /* m's image_bytes: the sum of its files' sizes. */
 void image_count_bytes(struct manifest *m);
 

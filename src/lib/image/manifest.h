@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "criu-images.h"
 #include "error.h"
 
 #define MANIFEST_NAME "manifest.json"
@@ -130,6 +131,10 @@ struct manifest {
 	 * than one. */
 	unsigned int lock_tries;
 	bool page_writer_parts;
+	/* Not saved: CRIU's statistics of the dump or the restore that filled
+	 * m in, as CRIU wrote them (stats-dump, stats-restore), where it did. */
+	struct criu_dump_stats criu_dump;
+	struct criu_restore_stats criu_restore;
 };
 
 void manifest_init(struct manifest *m);

@@ -13,6 +13,7 @@
 #include "criu-rpc.h"
 #include "shm-remap.h"
 #include "fault.h"
+#include "image.h"
 #include "proc.h"
 #include "progress.h"
 #include "steps.h"
@@ -147,6 +148,12 @@ static int tree_dump(struct target *t, struct manifest *m, struct stasis_error *
 			return r;
 	}
 	progress_begin("CRIU dump of %zu process%s", m->nprocs, m->nprocs == 1 ? "" : "es");
+	/* Compressed pages go through pipes: only their time is shown. */
+	if (!o->compress)
+		image_progress_pages(m, req.images_dir);
+	/* Test-only: a dump long enough for its progress line. */
+	if (fault_at("dump-slow", 0))
+		usleep(1200000);
 	r = criu_run_dump(&req, err);
 	progress_end();
 	/* A failed dump removed CRIU's links: the folder is empty then. */
@@ -208,6 +215,7 @@ static int tree_dump_held(struct target *t, struct manifest *m, int (*held)(void
 		return stasis_error_set(err, EIO, STASIS_DOMAIN_CRIU, 0,
 					"criu dump failed: injected fault");
 	progress_begin("CRIU dump of %zu process%s", m->nprocs, m->nprocs == 1 ? "" : "es");
+	image_progress_pages(m, req.images_dir);
 	r = criu_run_dump(&req, err);
 	progress_end();
 	/* CRIU reports the refused notification; the cause is ours. */
