@@ -308,9 +308,10 @@ static int criu_failure(struct stasis_error **err, const char *what, int ret, co
 
 	snprintf(log_path, sizeof(log_path), "%s/%s", dir, log_file);
 	log = read_file_str(log_path, NULL);
-	if (ret == -ECOMM && stasis_interrupted()) {
+	if (stasis_interrupted()) {
 		/* Ctrl-C reaches CRIU too (one process group): the user's own
-		 * stop, not a crash. */
+		 * stop, not a crash, also where it came while libcriu started
+		 * CRIU ("Can't read swrk pid: Interrupted system call"). */
 		stasis_error_set(err, EINTR, STASIS_DOMAIN_CRIU, ret,
 				 "criu %s was interrupted by a signal (Ctrl-C or SIGTERM)", what);
 		return stasis_error_hint(err, "its log: %s", log_path);
