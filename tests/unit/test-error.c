@@ -222,12 +222,45 @@ static void criu_causes(void **state)
 	}
 }
 
+/* Numbers on the command line: all of the text, digits only, in range. */
+static void whole_numbers(void **state)
+{
+	uint64_t v = 7;
+
+	(void)state;
+	assert_int_equal(parse_uint_in("10", 1, 3600000, &v), 0);
+	assert_int_equal(v, 10);
+	assert_int_equal(parse_uint_in("3600000", 1, 3600000, &v), 0);
+	assert_int_equal(v, 3600000);
+	assert_int_equal(parse_uint_in("0", 0, 4, &v), 0);
+	assert_int_equal(v, 0);
+	v = 7;
+	/* Garbage, signs, spaces and suffixes: not a number, v untouched. */
+	assert_int_equal(parse_uint_in("10x", 1, 100, &v), -EINVAL);
+	assert_int_equal(parse_uint_in("-1", 0, 100, &v), -EINVAL);
+	assert_int_equal(parse_uint_in("+1", 0, 100, &v), -EINVAL);
+	assert_int_equal(parse_uint_in(" 1", 0, 100, &v), -EINVAL);
+	assert_int_equal(parse_uint_in("1 ", 0, 100, &v), -EINVAL);
+	assert_int_equal(parse_uint_in("", 0, 100, &v), -EINVAL);
+	assert_int_equal(parse_uint_in("0x10", 0, 100, &v), -EINVAL);
+	assert_int_equal(parse_uint_in("1e3", 0, 10000, &v), -EINVAL);
+	assert_int_equal(parse_uint_in(NULL, 0, 100, &v), -EINVAL);
+	/* Out of range, and beyond what 64 bits hold. */
+	assert_int_equal(parse_uint_in("0", 1, 100, &v), -ERANGE);
+	assert_int_equal(parse_uint_in("3600001", 1, 3600000, &v), -ERANGE);
+	assert_int_equal(parse_uint_in("99999999999999999999999", 0, UINT64_MAX, &v), -ERANGE);
+	assert_int_equal(v, 7);
+	assert_int_equal(parse_uint_in("18446744073709551615", 0, UINT64_MAX, &v), 0);
+	assert_true(v == UINT64_MAX);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(wrap_and_hint),	  cmocka_unit_test(one_line),
 	    cmocka_unit_test(versions_and_sizes), cmocka_unit_test(uuids),
 	    cmocka_unit_test(growing_arrays),	  cmocka_unit_test(criu_causes),
+	    cmocka_unit_test(whole_numbers),
 	};
 
 	return cmocka_run_group_tests_name("error", tests, NULL, NULL);

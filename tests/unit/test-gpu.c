@@ -374,6 +374,97 @@ static void gpu_plan(void **state)
 	manifest_free(&m);
 }
 
+/* The message of what gpu_map_parse or gpu_map_check_image refused, or
+ * NULL when it was accepted. */
+static char *map_error(const char *text, const struct manifest *m)
+{
+	static char message[256];
+	struct stasis_error *err = NULL;
+	struct gpu_map map;
+	int r = m ? gpu_map_check_image(text, m, &err) : gpu_map_parse(text, &map, &err);
+
+	if (r == 0) {
+		assert_null(err);
+		return NULL;
+	}
+	assert_non_null(err);
+	assert_int_equal(err->domain, STASIS_DOMAIN_USAGE);
+	snprintf(message, sizeof(message), "%s", err->message);
+	stasis_error_free(err);
+	return message;
+}
+
+/* --gpu-map as written: empty parts, sides that name no GPU, a GPU named
+ * twice on one side are refused, naming the part. */
+static void gpu_map_parsing(void **state)
+{
+	const char *uuid0 = "GPU-00000000-0000-0000-0000-000000000000";
+	char text[128];
+	struct stasis_error *err = NULL;
+	struct gpu_map map;
+
+	(void)state;
+	assert_int_equal(gpu_map_parse("0=1,1=0", &map, &err), 0);
+	assert_int_equal(map.n, 2);
+	assert_string_equal(map.entries[1].from, "1");
+	assert_string_equal(map.entries[1].to, "0");
+	snprintf(text, sizeof(text), "%s=1", uuid0);
+	assert_int_equal(gpu_map_parse(text, &map, &err), 0);
+	assert_string_equal(map.entries[0].from, uuid0);
+	assert_string_equal(map_error("", NULL), "--gpu-map is empty");
+	assert_string_equal(map_error("foo", NULL), "--gpu-map part 'foo' is not OLD=NEW");
+	assert_string_equal(map_error("=,,", NULL), "--gpu-map part '=' is not OLD=NEW");
+	assert_string_equal(map_error(",", NULL), "--gpu-map ',' has an empty part");
+	assert_string_equal(map_error("0=1,", NULL), "--gpu-map '0=1,' has an empty part");
+	assert_string_equal(map_error("0=1,,1=0", NULL), "--gpu-map '0=1,,1=0' has an empty part");
+	assert_string_equal(map_error("0=", NULL), "--gpu-map part '0=' is not OLD=NEW");
+	assert_string_equal(map_error("=1", NULL), "--gpu-map part '=1' is not OLD=NEW");
+	assert_string_equal(map_error("0=1=2", NULL), "--gpu-map part '0=1=2' is not OLD=NEW");
+	assert_string_equal(map_error("a=b", NULL),
+			    "--gpu-map part 'a=b' does not name GPUs by index or UUID");
+	assert_string_equal(map_error("-1=0", NULL),
+			    "--gpu-map part '-1=0' does not name GPUs by index or UUID");
+	assert_string_equal(map_error("64=0", NULL),
+			    "--gpu-map part '64=0' does not name GPUs by index or UUID");
+	assert_string_equal(map_error("GPU-zz=0", NULL),
+			    "--gpu-map part 'GPU-zz=0' does not name GPUs by index or UUID");
+	assert_string_equal(map_error("0=1,0=2", NULL), "--gpu-map maps GPU '0' twice");
+	assert_string_equal(map_error("0=1,2=1", NULL), "--gpu-map maps two GPUs onto '1'");
+}
+
+/* --gpu-map against the image, before anything runs: every OLD is one of
+ * its GPUs, each once, however it is named; an image without GPU state
+ * has nothing to map. */
+static void gpu_map_against_image(void **state)
+{
+	struct manifest m;
+	struct manifest_process *p;
+	char text[128];
+
+	(void)state;
+	manifest_init(&m);
+	p = manifest_add_process(&m);
+	p->pid = 5;
+	assert_string_equal(map_error("0=1", &m),
+			    "--gpu-map: the image holds no GPU state, there is nothing to map");
+	p->cuda = true;
+	assert_string_equal(map_error("0=1", &m), "--gpu-map: the image has no GPU '0'");
+	for (int i = 0; i < 2; i++) {
+		struct manifest_gpu *g = manifest_add_gpu(&m);
+
+		g->index = i + 4;
+		snprintf(g->uuid, sizeof(g->uuid),
+			 "GPU-%d%d%d%d%d%d%d%d-0000-0000-0000-000000000000", i, i, i, i, i, i, i,
+			 i);
+	}
+	assert_null(map_error("4=0,5=1", &m));
+	assert_string_equal(map_error("0=1", &m), "--gpu-map: the image has no GPU '0'");
+	snprintf(text, sizeof(text), "4=0,%s=1", m.gpus[0].uuid);
+	assert_non_null(strstr(map_error(text, &m), "maps the image's GPU " /* by both names */));
+	assert_string_equal(map_error("4=0,,", &m), "--gpu-map '4=0,,' has an empty part");
+	manifest_free(&m);
+}
+
 /* A setting counts only as NAME=VALUE exactly, wherever it stands in the
  * block; a name given twice counts only when both agree. */
 static void nccl_environment(void **state)
@@ -416,6 +507,8 @@ int main(void)
 	    cmocka_unit_test_setup(failed_resume_rolls_back, setup),
 	    cmocka_unit_test_setup(exited_process_named, setup),
 	    cmocka_unit_test_setup(gpu_plan, setup),
+	    cmocka_unit_test(gpu_map_parsing),
+	    cmocka_unit_test(gpu_map_against_image),
 	    cmocka_unit_test(nccl_environment),
 	};
 	struct stasis_error *err = NULL;

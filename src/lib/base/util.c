@@ -109,6 +109,25 @@ uint64_t read_file_u64(const char *path, uint64_t otherwise)
 	return text && isdigit((unsigned char)text[0]) ? strtoull(text, NULL, 10) : otherwise;
 }
 
+int parse_uint_in(const char *text, uint64_t min, uint64_t max, uint64_t *out)
+{
+	unsigned long long v;
+	char *end;
+
+	/* strtoull takes leading spaces and a minus sign ("-1" is its
+	 * largest value): only digits are a number here. */
+	if (!text || !isdigit((unsigned char)text[0]))
+		return -EINVAL;
+	errno = 0;
+	v = strtoull(text, &end, 10);
+	if (*end)
+		return -EINVAL;
+	if (errno == ERANGE || v < min || v > max)
+		return -ERANGE;
+	*out = v;
+	return 0;
+}
+
 int write_all(int fd, const void *buf, size_t len)
 {
 	const char *p = buf;

@@ -115,6 +115,11 @@ char *strip_trailing(char *s);
  * it); -1 when /proc cannot say. */
 int self_dir(char *out, size_t len);
 
+/* A whole number in decimal, all of text, from min to max: 0, -EINVAL
+ * where text is not one (empty, a sign, a suffix, spaces), -ERANGE where
+ * it is outside [min, max]. */
+int parse_uint_in(const char *text, uint64_t min, uint64_t max, uint64_t *out);
+
 /* Human-readable byte count ("4.0 GiB") into buf. */
 const char *format_bytes(uint64_t bytes, char *buf, size_t len);
 

@@ -8,57 +8,161 @@
 
 #include "util.h"
 
+/* A side of an entry: a GPU index or a UUID as the driver writes it. */
+static bool gpu_name_valid(const char *name)
+{
+	struct cuda_uuid uuid;
+	uint64_t index;
+
+	return parse_uint_in(name, 0, GPU_MAP_MAX - 1, &index) == 0 ||
+	       cuda_uuid_parse(name, &uuid) == 0;
+}
+
+static int map_error(struct stasis_error **err, const char *fmt, const char *what)
+{
+	stasis_error_set(err, EINVAL, STASIS_DOMAIN_USAGE, 0, fmt, what);
+	return stasis_error_hint(err, "write it as 0=1,1=0 or GPU-...=GPU-...");
+}
+
+int gpu_map_parse(const char *text, struct gpu_map *map, struct stasis_error **err)
+{
+	const char *item = text;
+
+	memset(map, 0, sizeof(*map));
+	if (!*text)
+		return map_error(err, "--gpu-map is empty%s", "");
+	for (;;) {
+		size_t len = strcspn(item, ","), eq = strcspn(item, "=");
+		char entry[128];
+
+		snprintf(entry, sizeof(entry), "%.*s", (int)len, item);
+		if (!len)
+			return map_error(err, "--gpu-map '%s' has an empty part", text);
+		if (map->n == GPU_MAP_MAX)
+			return map_error(err, "--gpu-map '%s' has more than 64 parts", text);
+		if (eq >= len || eq == 0 || eq + 1 == len || strchr(entry + eq + 1, '='))
+			return map_error(err, "--gpu-map part '%s' is not OLD=NEW", entry);
+		snprintf(map->entries[map->n].from, sizeof(map->entries[0].from), "%.*s", (int)eq,
+			 item);
+		snprintf(map->entries[map->n].to, sizeof(map->entries[0].to), "%.*s",
+			 (int)(len - eq - 1), item + eq + 1);
+		if (eq >= sizeof(map->entries[0].from) || len - eq > sizeof(map->entries[0].to) ||
+		    !gpu_name_valid(map->entries[map->n].from) ||
+		    !gpu_name_valid(map->entries[map->n].to))
+			return map_error(
+			    err, "--gpu-map part '%s' does not name GPUs by index or UUID", entry);
+		for (size_t i = 0; i < map->n; i++) {
+			if (strcmp(map->entries[i].from, map->entries[map->n].from) == 0)
+				return map_error(err, "--gpu-map maps GPU '%s' twice",
+						 map->entries[i].from);
+			if (strcmp(map->entries[i].to, map->entries[map->n].to) == 0)
+				return map_error(err, "--gpu-map maps two GPUs onto '%s'",
+						 map->entries[i].to);
+		}
+		map->n++;
+		if (!item[len])
+			return 0;
+		item += len + 1;
+	}
+}
+
 /* A GPU named by UUID or by index, in a list of n. */
 static int find_gpu(const char *name, const char *const *uuids, const int *indexes, size_t n)
 {
-	char *end;
-	long idx = strtol(name, &end, 10);
+	uint64_t idx;
+	bool is_index = parse_uint_in(name, 0, GPU_MAP_MAX - 1, &idx) == 0;
 
 	for (size_t i = 0; i < n; i++) {
 		if (strcmp(uuids[i], name) == 0)
 			return (int)i;
-		if (*name && *end == '\0' && indexes[i] == idx)
+		if (is_index && indexes[i] == (int)idx)
 			return (int)i;
 	}
 	return -1;
 }
 
-static int parse_map(const struct manifest *m, const struct nvml_gpu *gpus, size_t ngpus,
-		     const char *map, struct gpu_plan *plan, struct stasis_error **err)
+/* The image's GPUs for find_gpu. */
+static void image_gpus(const struct manifest *m, const char **uuids, int *indexes)
 {
-	const char *old_uuids[64], *new_uuids[64];
-	int old_idx[64], new_idx[64];
-	_cleanup_free_ char *copy = strdup(map);
-	char *save = NULL;
-
-	for (size_t i = 0; i < m->ngpus; i++) {
-		old_uuids[i] = m->gpus[i].uuid;
-		old_idx[i] = m->gpus[i].index;
+	for (size_t i = 0; i < m->ngpus && i < GPU_MAP_MAX; i++) {
+		uuids[i] = m->gpus[i].uuid;
+		indexes[i] = m->gpus[i].index;
 	}
-	for (size_t i = 0; i < ngpus && i < 64; i++) {
+}
+
+/* Each OLD of map is one of the image's GPUs, named once: into from[]. */
+static int map_from_image(const struct gpu_map *map, const struct manifest *m, int *from,
+			  struct stasis_error **err)
+{
+	const char *uuids[GPU_MAP_MAX];
+	int indexes[GPU_MAP_MAX];
+
+	image_gpus(m, uuids, indexes);
+	for (size_t i = 0; i < map->n; i++) {
+		from[i] = find_gpu(map->entries[i].from, uuids, indexes,
+				   m->ngpus < GPU_MAP_MAX ? m->ngpus : GPU_MAP_MAX);
+		if (from[i] < 0) {
+			stasis_error_set(err, ENODEV, STASIS_DOMAIN_USAGE, 0,
+					 "--gpu-map: the image has no GPU '%s'",
+					 map->entries[i].from);
+			return stasis_error_hint(err, "stasis inspect lists the image's GPUs");
+		}
+		for (size_t j = 0; j < i; j++)
+			if (from[j] == from[i]) {
+				stasis_error_set(err, EINVAL, STASIS_DOMAIN_USAGE, 0,
+						 "--gpu-map maps the image's GPU %s twice ('%s' "
+						 "and '%s')",
+						 m->gpus[from[i]].uuid, map->entries[j].from,
+						 map->entries[i].from);
+				return stasis_error_hint(err, "name each GPU once");
+			}
+	}
+	return 0;
+}
+
+int gpu_map_check_image(const char *text, const struct manifest *m, struct stasis_error **err)
+{
+	struct gpu_map map;
+	int from[GPU_MAP_MAX];
+	int r = gpu_map_parse(text, &map, err);
+
+	if (r < 0)
+		return r;
+	if (!manifest_cuda_count(m)) {
+		stasis_error_set(
+		    err, EINVAL, STASIS_DOMAIN_USAGE, 0,
+		    "--gpu-map: the image holds no GPU state, there is nothing to map");
+		return stasis_error_hint(err, "restore it without --gpu-map");
+	}
+	return map_from_image(&map, m, from, err);
+}
+
+static int parse_map(const struct manifest *m, const struct nvml_gpu *gpus, size_t ngpus,
+		     const char *text, struct gpu_plan *plan, struct stasis_error **err)
+{
+	const char *new_uuids[GPU_MAP_MAX];
+	int new_idx[GPU_MAP_MAX], from[GPU_MAP_MAX];
+	struct gpu_map map;
+	int r = gpu_map_parse(text, &map, err);
+
+	if (r == 0)
+		r = map_from_image(&map, m, from, err);
+	if (r < 0)
+		return r;
+	for (size_t i = 0; i < ngpus && i < GPU_MAP_MAX; i++) {
 		new_uuids[i] = gpus[i].uuid;
 		new_idx[i] = gpus[i].index;
 	}
-	for (char *item = strtok_r(copy, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
-		char *eq = strchr(item, '=');
-		int from, to;
+	for (size_t i = 0; i < map.n; i++) {
+		int to = find_gpu(map.entries[i].to, new_uuids, new_idx,
+				  ngpus < GPU_MAP_MAX ? ngpus : GPU_MAP_MAX);
 
-		if (!eq) {
-			stasis_error_set(err, EINVAL, STASIS_DOMAIN_USAGE, 0,
-					 "--gpu-map entry '%s' is not OLD=NEW", item);
-			return stasis_error_hint(err, "write it as 0=1 or GPU-...=GPU-...");
+		if (to < 0) {
+			stasis_error_set(err, ENODEV, STASIS_DOMAIN_USAGE, 0,
+					 "--gpu-map: no GPU '%s' here", map.entries[i].to);
+			return stasis_error_hint(err, "stasis ps lists this machine's GPUs");
 		}
-		*eq = '\0';
-		from = find_gpu(item, old_uuids, old_idx, m->ngpus);
-		to = find_gpu(eq + 1, new_uuids, new_idx, ngpus);
-		if (from < 0 || to < 0) {
-			stasis_error_set(
-			    err, ENODEV, STASIS_DOMAIN_USAGE, 0, "--gpu-map: no %s GPU '%s'",
-			    from < 0 ? "checkpointed" : "such", from < 0 ? item : eq + 1);
-			return stasis_error_hint(
-			    err, "stasis inspect lists the image's GPUs, stasis ps the machine's");
-		}
-		plan->target[from] = to;
+		plan->target[from[i]] = to;
 	}
 	return 0;
 }

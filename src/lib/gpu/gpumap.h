@@ -21,6 +21,24 @@ struct gpu_plan {
 	char dev_map[512];   /* "OLD:NEW,..." /dev/nvidiaN minors that move */
 };
 
+/* A --gpu-map as written, each side a GPU index or UUID. */
+#define GPU_MAP_MAX 64
+struct gpu_map {
+	size_t n;
+	struct {
+		char from[48], to[48];
+	} entries[GPU_MAP_MAX];
+};
+
+/* Parse "OLD=NEW,..." alone: an empty part, a side that is neither an
+ * index nor a GPU UUID, or a GPU named twice on one side is a usage
+ * error naming it. */
+int gpu_map_parse(const char *text, struct gpu_map *map, struct stasis_error **err);
+
+/* The same, and every OLD one of the image's GPUs, each once: before
+ * anything runs. An image without GPU state has nothing to map. */
+int gpu_map_check_image(const char *text, const struct manifest *m, struct stasis_error **err);
+
 /* Parse "OLD=NEW,..." (UUIDs or indexes) against the image's GPUs and the
  * machine's, fill in the rest by default rules, and check that the result
  * can be honoured. */
