@@ -26,6 +26,7 @@
 #include "image-stage.h"
 #include "lock.h"
 #include "mappings.h"
+#include "note.h"
 #include "shm-remap.h"
 #include "nvml.h"
 #include "proc.h"
@@ -268,6 +269,36 @@ static void restore_work_end(const char *work, int r, struct stasis_error **err)
 		run_work_failed(work, err);
 }
 
+/* CRIU's options given again at restore: CRIU needs the image's, which
+ * are used whatever the user says; one the image was made without
+ * changes nothing, and is said so. */
+static void note_criu_option(bool given, bool recorded, const char *name, const char *why)
+{
+	if (given && !recorded)
+		stasis_note("%s changes nothing: the image was checkpointed without it (%s)", name,
+			    why);
+}
+
+/* What the user asked of the restore, against the image, before
+ * anything runs. */
+static int restore_check_options(const struct stasis_restore_options *o, const struct manifest *m,
+				 const struct target_ops *ops, struct stasis_error **err)
+{
+	if (ops->runtime && (o->criu_log.file || o->criu_log.level_given)) {
+		stasis_error_set(err, EINVAL, STASIS_DOMAIN_USAGE, 0,
+				 "%s is for a process tree's image, this is a %s container's",
+				 o->criu_log.file ? "-o" : "-v", ops->runtime);
+		return stasis_error_hint(err, "its runtime runs CRIU with its own log");
+	}
+	note_criu_option(o->shell_job, m->options.shell_job, "--shell-job",
+			 "its tree was a session of its own");
+	note_criu_option(o->tcp_established, m->options.tcp_established, "--tcp-established",
+			 "it holds no established TCP connection");
+	note_criu_option(o->ext_unix_sk, m->options.ext_unix_sk, "--ext-unix-sk",
+			 "it holds no socket of a peer outside the tree");
+	return o->gpu_map ? gpu_map_check_image(o->gpu_map, m, err) : 0;
+}
+
 /* The image is verified while the target restores when it notifies
  * before the processes run, and pages can be read as they come; else
  * first. */
@@ -280,6 +311,8 @@ static int restore_verified(const struct stasis_restore_options *o, struct manif
 	uint64_t start = now_usec();
 	int r = target_for_image(m, o->runtime, &t.ops, err);
 
+	if (r == 0)
+		r = restore_check_options(o, m, t.ops, err);
 	if (r == 0 && m->options.compress && !t.ops->compresses)
 		r = stasis_error_set(err, ENOTSUP, STASIS_DOMAIN_USAGE, 0,
 				     "a compressed %s image cannot be restored", t.ops->runtime);

@@ -13,6 +13,14 @@
 
 #define STASIS_VERSION "0.1.0"
 
+/* CRIU's log, as criu's -v and -o set it: a process tree's only (a
+ * container runtime runs CRIU with its own). */
+struct stasis_criu_log {
+	const char *file; /* a name in CRIU's work folder; NULL: dump.log, restore.log */
+	int level;	  /* CRIU's 0 (none) to 4 (all), where level_given */
+	bool level_given; /* else 4 */
+};
+
 struct stasis_checkpoint_options {
 	pid_t pid;
 	const char *runtime;   /* "runc" or "containerd" for a container, NULL for a tree */
@@ -23,6 +31,8 @@ struct stasis_checkpoint_options {
 	bool leave_running;
 	bool shell_job;
 	bool tcp_established;
+	bool ext_unix_sk; /* CRIU's --ext-unix-sk: sockets whose peer is not in the tree */
+	struct stasis_criu_log criu_log;
 	unsigned int lock_timeout_ms;
 	bool thp_always; /* transparent huge pages "always" meanwhile (thp.h) */
 	bool no_thp;	 /* not the huge pages its GPU step gets (thp.h) */
@@ -46,6 +56,11 @@ struct stasis_restore_options {
 	bool detach;	       /* leave the restored tree to init */
 	const char *gpu_map;   /* "OLD=NEW,..." or NULL */
 	bool thp_always;       /* transparent huge pages "always" meanwhile */
+	/* CRIU's options as the user gave them again at restore: the image's
+	 * are used whatever they say, and one that the image lacks is a note
+	 * that it changes nothing. */
+	bool shell_job, tcp_established, ext_unix_sk;
+	struct stasis_criu_log criu_log;
 	/* Keys besides the host's that may have sealed the image (--trust-key). */
 	struct image_trust trust;
 };

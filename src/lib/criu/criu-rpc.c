@@ -20,6 +20,7 @@
 #include "interrupt.h"
 #include "lock.h"
 #include "shm-remap.h"
+#include "stasis.h"
 #include "util.h"
 
 #define CRIU_LOG_LEVEL 4
@@ -391,6 +392,19 @@ static int make_log(int workfd, const char *work, const char *name, struct stasi
 	return 0;
 }
 
+/* The log's name: the user's (-o), else the operation's. */
+static const char *log_name(const struct stasis_criu_log *log, const char *otherwise)
+{
+	return log && log->file ? log->file : otherwise;
+}
+
+/* CRIU's log level: the user's (-v), else all of it, which a failure's
+ * summary reads. */
+static int log_level(const struct stasis_criu_log *log)
+{
+	return log && log->level_given ? log->level : CRIU_LOG_LEVEL;
+}
+
 /* Whether an executable name is on PATH, as CRIU's exec of it finds it. */
 static bool on_path(const char *name)
 {
@@ -454,6 +468,7 @@ static int criu_call_result(int r)
 int criu_run_dump(const struct criu_dump_request *req, struct stasis_error **err)
 {
 	const char *work = req->work_dir ? req->work_dir : req->images_dir;
+	const char *log_file = log_name(req->log, req->log_file);
 	_cleanup_close_ int dirfd = open(req->images_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	_cleanup_close_ int workfd = open(work, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	criu_opts *opts = NULL;
@@ -462,7 +477,7 @@ int criu_run_dump(const struct criu_dump_request *req, struct stasis_error **err
 	if (dirfd < 0 || workfd < 0)
 		return stasis_error_errno(err, errno, "opening %s: %s",
 					  dirfd < 0 ? req->images_dir : work, strerror(errno));
-	r = make_log(workfd, work, req->log_file, err);
+	r = make_log(workfd, work, log_file, err);
 	if (r == 0)
 		r = new_opts(&opts, err);
 	if (r < 0)
@@ -470,11 +485,12 @@ int criu_run_dump(const struct criu_dump_request *req, struct stasis_error **err
 	criu_local_set_pid(opts, req->pid);
 	criu_local_set_images_dir_fd(opts, dirfd);
 	criu_local_set_work_dir_fd(opts, workfd);
-	criu_local_set_log_file(opts, req->log_file);
-	criu_local_set_log_level(opts, CRIU_LOG_LEVEL);
+	criu_local_set_log_file(opts, log_file);
+	criu_local_set_log_level(opts, log_level(req->log));
 	criu_local_set_leave_running(opts, req->leave_running);
 	criu_local_set_shell_job(opts, req->shell_job);
 	criu_local_set_tcp_established(opts, req->tcp_established);
+	criu_local_set_ext_unix_sk(opts, req->ext_unix_sk);
 	choose_network_lock(opts, req->tcp_established);
 	criu_local_set_link_remap(opts, req->link_remap);
 	criu_local_set_ghost_limit(opts, GHOST_LIMIT);
@@ -489,13 +505,14 @@ int criu_run_dump(const struct criu_dump_request *req, struct stasis_error **err
 	current_notify = NULL;
 	criu_local_free_opts(opts);
 	if (r < 0)
-		return criu_failure(err, "dump", r, work, req->log_file, req->images_dir);
+		return criu_failure(err, "dump", r, work, log_file, req->images_dir);
 	return 0;
 }
 
 int criu_run_restore(const struct criu_restore_request *req, pid_t *root_out,
 		     struct stasis_error **err)
 {
+	const char *log_file = log_name(req->log, req->log_file);
 	_cleanup_close_ int dirfd = open(req->images_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	_cleanup_close_ int workfd = open(req->work_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	criu_opts *opts = NULL;
@@ -505,16 +522,17 @@ int criu_run_restore(const struct criu_restore_request *req, pid_t *root_out,
 		return stasis_error_errno(err, errno, "opening %s: %s",
 					  dirfd < 0 ? req->images_dir : req->work_dir,
 					  strerror(errno));
-	r = make_log(workfd, req->work_dir, req->log_file, err);
+	r = make_log(workfd, req->work_dir, log_file, err);
 	if (r == 0)
 		r = new_opts(&opts, err);
 	if (r < 0)
 		return r;
 	criu_local_set_images_dir_fd(opts, dirfd);
 	criu_local_set_work_dir_fd(opts, workfd);
-	criu_local_set_log_file(opts, req->log_file);
-	criu_local_set_log_level(opts, CRIU_LOG_LEVEL);
+	criu_local_set_log_file(opts, log_file);
+	criu_local_set_log_level(opts, log_level(req->log));
 	criu_local_set_shell_job(opts, req->shell_job);
+	criu_local_set_ext_unix_sk(opts, req->ext_unix_sk);
 	shm_remap_allow(req->link_remap_dir);
 	criu_local_set_tcp_established(opts, req->tcp_established);
 	choose_network_lock(opts, req->tcp_established);
@@ -531,7 +549,7 @@ int criu_run_restore(const struct criu_restore_request *req, pid_t *root_out,
 	current_notify = NULL;
 	criu_local_free_opts(opts);
 	if (r < 0)
-		return criu_failure(err, "restore", r, req->work_dir, req->log_file, NULL);
+		return criu_failure(err, "restore", r, req->work_dir, log_file, NULL);
 	*root_out = r;
 	return 0;
 }

@@ -17,14 +17,18 @@
  * restored one. */
 typedef int (*criu_notify_fn)(const char *action);
 
+struct stasis_criu_log;
+
 struct criu_dump_request {
 	pid_t pid;
 	const char *images_dir;
-	const char *work_dir; /* where the log goes; NULL: images_dir */
-	const char *log_file;
+	const char *work_dir;		   /* where the log goes; NULL: images_dir */
+	const char *log_file;		   /* unless log names one */
+	const struct stasis_criu_log *log; /* the user's -v and -o; NULL: level 4 */
 	bool leave_running;
 	bool shell_job;
 	bool tcp_established;
+	bool ext_unix_sk;
 	bool link_remap;	      /* CRIU's --link-remap (mappings_check decides) */
 	const char *link_remap_dir;   /* its folder (shm-remap.h) */
 	const char *const *externals; /* CRIU --external keys */
@@ -34,11 +38,13 @@ struct criu_dump_request {
 
 struct criu_restore_request {
 	const char *images_dir;
-	const char *work_dir; /* where the log goes */
-	const char *log_file;
-	bool detach; /* restored tree is not our child */
+	const char *work_dir;		   /* where the log goes */
+	const char *log_file;		   /* unless log names one */
+	const struct stasis_criu_log *log; /* the user's -v and -o; NULL: level 4 */
+	bool detach;			   /* restored tree is not our child */
 	bool shell_job;
 	bool tcp_established;
+	bool ext_unix_sk;
 	const char *link_remap_dir;	 /* the image's link-remap folder, or NULL */
 	const char *const *inherit_keys; /* CRIU --inherit-fd: key and our fd */
 	const int *inherit_fds;

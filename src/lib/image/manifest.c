@@ -286,6 +286,8 @@ char *manifest_to_json(const struct manifest *m, bool pretty)
 	json_object_object_add(opts, "shell_job", json_object_new_boolean(m->options.shell_job));
 	json_object_object_add(opts, "tcp_established",
 			       json_object_new_boolean(m->options.tcp_established));
+	json_object_object_add(opts, "ext_unix_sk",
+			       json_object_new_boolean(m->options.ext_unix_sk));
 	json_object_object_add(opts, "compress", json_object_new_boolean(m->options.compress));
 	json_object_object_add(opts, "staged", json_object_new_boolean(m->options.staged));
 	json_object_object_add(opts, "link_remap", json_object_new_boolean(m->options.link_remap));
@@ -595,6 +597,7 @@ static int decode(json_object *root, struct manifest *m, struct stasis_error **e
 		m->options.leave_running = get_bool(opts, "leave_running");
 		m->options.shell_job = get_bool(opts, "shell_job");
 		m->options.tcp_established = get_bool(opts, "tcp_established");
+		m->options.ext_unix_sk = get_bool(opts, "ext_unix_sk");
 		m->options.compress = get_bool(opts, "compress");
 		m->options.staged = get_bool(opts, "staged");
 		m->options.link_remap = get_bool(opts, "link_remap");

@@ -87,8 +87,9 @@ struct manifest_options {
 	bool leave_running;
 	bool shell_job;
 	bool tcp_established;
-	bool compress; /* pages images compressed (image-pack.c) */
-	bool staged;   /* dumped into memory, written after the workload ran again */
+	bool ext_unix_sk; /* CRIU's --ext-unix-sk */
+	bool compress;	  /* pages images compressed (image-pack.c) */
+	bool staged;	  /* dumped into memory, written after the workload ran again */
 	/* CRIU kept files in /dev/shm, linked to deleted ones the tree maps
 	 * (CRIU's link-remap): the image restores on this machine only. */
 	bool link_remap;

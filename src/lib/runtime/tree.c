@@ -58,6 +58,7 @@ static int tree_describe(struct target *t, struct manifest *m, struct stasis_err
 
 	m->options.shell_job = t->checkpoint->shell_job;
 	m->options.tcp_established = t->checkpoint->tcp_established;
+	m->options.ext_unix_sk = t->checkpoint->ext_unix_sk;
 	r = proc_tree_describe(t->root, m, err);
 	/* The init of its own PID namespace: CRIU's image has the PIDs inside. */
 	if (r == 0 && proc_ns_pid(t->root) == 1)
@@ -112,9 +113,11 @@ static int tree_dump(struct target *t, struct manifest *m, struct stasis_error *
 	    .images_dir = t->images,
 	    .work_dir = t->work[0] ? t->work : NULL,
 	    .log_file = "dump.log",
+	    .log = &o->criu_log,
 	    .leave_running = o->leave_running,
 	    .shell_job = o->shell_job,
 	    .tcp_established = o->tcp_established,
+	    .ext_unix_sk = o->ext_unix_sk,
 	    .link_remap = m->options.link_remap,
 	    .link_remap_dir = m->options.link_remap_dir,
 	    .notify = on_dump_notify,
@@ -295,9 +298,11 @@ static int tree_restore(struct target *t, struct manifest *m, struct image_verif
 	    .images_dir = image_verifier_criu_dir(verifier),
 	    .work_dir = t->work[0] ? t->work : t->dir,
 	    .log_file = "restore.log",
+	    .log = &t->restore->criu_log,
 	    .detach = t->restore->detach,
 	    .shell_job = m->options.shell_job,
 	    .tcp_established = m->options.tcp_established,
+	    .ext_unix_sk = m->options.ext_unix_sk,
 	    .link_remap_dir = m->options.link_remap ? m->options.link_remap_dir : NULL,
 	    .notify = on_restore_notify,
 	};
