@@ -36,6 +36,27 @@ int cli_fail(const char *command, struct stasis_error *err);
 int cli_usage_error(const char *command, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
+/* The usage error for what getopt_long returned c for (':' a value
+ * missing, '?' an unknown option or a value where none is taken), naming
+ * the argument as written; shorts is its optstring, which must begin
+ * with ':'. Long-only options have values from 256 on. */
+int cli_option_error(const char *command, int c, char *const *argv, const char *shorts);
+
+/* getopt's value for a long-only option: from 256 on, never a short
+ * option's letter. --json is this one in every command that has it. */
+#define CLI_OPT_JSON 256
+
+/* The GPU lock timeout, --timeout MS: 1 ms to an hour. */
+#define CLI_TIMEOUT_MAX_MS 3600000u
+bool cli_parse_timeout(const char *text, unsigned int *ms);
+int cli_timeout_error(const char *command, const char *text);
+
+struct stasis_criu_log;
+
+/* CRIU's -v[N] (c 'v', text NULL or the level) and -o FILE (c 'o') into
+ * log; EXIT_OK, or the usage error naming the value. */
+int cli_parse_criu_log(const char *command, int c, const char *text, struct stasis_criu_log *log);
+
 /* Parse a PID argument; false when it is not a positive number. */
 bool cli_parse_pid(const char *text, pid_t *pid);
 

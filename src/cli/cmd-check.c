@@ -220,16 +220,16 @@ static void check_protected_links(struct report *rep)
 int cmd_check(int argc, char **argv)
 {
 	static const struct option options[] = {
-	    {"json", no_argument, NULL, 'j'},
+	    {"json", no_argument, NULL, CLI_OPT_JSON},
 	    {NULL, 0, NULL, 0},
 	};
 	struct report rep = {0};
 	int c;
 
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, "", options, NULL)) != -1) {
-		if (c != 'j')
-			return cli_usage_error("check", "unknown option '%s'", argv[optind - 1]);
+	while ((c = getopt_long(argc, argv, ":", options, NULL)) != -1) {
+		if (c != CLI_OPT_JSON)
+			return cli_option_error("check", c, argv, ":");
 		rep.json = true;
 	}
 	if (optind != argc)

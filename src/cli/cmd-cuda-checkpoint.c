@@ -3,6 +3,7 @@
  * and exit status, so that CRIU's cuda plugin, gVisor and scripts written
  * for it work unchanged; the calls go straight to the driver API. */
 #include <getopt.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -131,6 +132,7 @@ static int parse(int argc, char **argv, struct cc_options *o)
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0},
 	};
+	uint64_t timeout;
 	int c;
 
 	opterr = 0;
@@ -154,7 +156,9 @@ static int parse(int argc, char **argv, struct cc_options *o)
 				return -1;
 			break;
 		case 't':
-			o->timeout_ms = (unsigned int)strtoul(optarg, NULL, 10);
+			if (parse_uint_in(optarg, 0, UINT_MAX, &timeout) < 0)
+				return -1;
+			o->timeout_ms = (unsigned int)timeout;
 			break;
 		case 'm':
 			o->device_map = optarg;

@@ -98,8 +98,8 @@ static void print_result(const struct gpu_batch *batch, bool suspend, bool json,
 int cmd_gpu(int argc, char **argv)
 {
 	static const struct option options[] = {
-	    {"timeout", required_argument, NULL, 't'},
-	    {"json", no_argument, NULL, 'j'},
+	    {"timeout", required_argument, NULL, CLI_OPT_JSON + 1},
+	    {"json", no_argument, NULL, CLI_OPT_JSON},
 	    {NULL, 0, NULL, 0},
 	};
 	_cleanup_error_ struct stasis_error *err = NULL;
@@ -113,16 +113,15 @@ int cmd_gpu(int argc, char **argv)
 	suspend = strcmp(argv[1], "suspend") == 0;
 	opterr = 0;
 	optind = 2;
-	while ((c = getopt_long(argc, argv, "t:", options, NULL)) != -1) {
-		if (c == 't') {
-			batch.lock_timeout_ms = (unsigned int)strtoul(optarg, NULL, 10);
-			if (!batch.lock_timeout_ms)
-				return cli_usage_error("gpu", "--timeout wants milliseconds > 0");
-		} else if (c == 'j') {
+	while ((c = getopt_long(argc, argv, ":", options, NULL)) != -1) {
+		if (c == CLI_OPT_JSON + 1 && !suspend)
+			return cli_usage_error("gpu", "--timeout is the lock's, for gpu suspend");
+		if (c == CLI_OPT_JSON + 1 && !cli_parse_timeout(optarg, &batch.lock_timeout_ms))
+			return cli_timeout_error("gpu", optarg);
+		else if (c == CLI_OPT_JSON)
 			json = true;
-		} else {
-			return cli_usage_error("gpu", "unknown option '%s'", argv[optind - 1]);
-		}
+		else if (c != CLI_OPT_JSON + 1)
+			return cli_option_error("gpu", c, argv, ":");
 	}
 	if (optind == argc)
 		return cli_usage_error("gpu", "expected at least one PID");

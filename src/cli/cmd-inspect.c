@@ -94,12 +94,12 @@ static void print_human(FILE *out, const char *dir, const struct manifest *m,
 			m->cuda_driver_version % 1000 / 10);
 	if (m->nvidia_driver)
 		fprintf(out, ", NVIDIA %s", m->nvidia_driver);
-	fprintf(out, "\noptions      %s%s%s%s%s%s%s\n", o->leave_running ? "leave-running " : "",
+	fprintf(out, "\noptions      %s%s%s%s%s%s%s%s\n", o->leave_running ? "leave-running " : "",
 		o->shell_job ? "shell-job " : "", o->tcp_established ? "tcp-established " : "",
-		o->compress ? "compress " : "", o->staged ? "staged " : "",
-		o->link_remap ? "link-remap " : "",
-		!o->leave_running && !o->shell_job && !o->tcp_established && !o->compress &&
-			!o->staged && !o->link_remap
+		o->ext_unix_sk ? "ext-unix-sk " : "", o->compress ? "compress " : "",
+		o->staged ? "staged " : "", o->link_remap ? "link-remap " : "",
+		!o->leave_running && !o->shell_job && !o->tcp_established && !o->ext_unix_sk &&
+			!o->compress && !o->staged && !o->link_remap
 		    ? "none"
 		    : "");
 	if (m->container.runtime)
@@ -257,17 +257,28 @@ static int print_json(const struct manifest *m, const struct seal_seen *seal,
 	return 0;
 }
 
+enum {
+	OPT_JSON = CLI_OPT_JSON,
+	OPT_FORMAT,
+	OPT_PS_TREE,
+	OPT_FILES,
+	OPT_SOCKETS,
+	OPT_MOUNTS,
+	OPT_STATS,
+	OPT_ALL,
+};
+
 int cmd_inspect(int argc, char **argv)
 {
 	static const struct option options[] = {
-	    {"json", no_argument, NULL, 'j'},
-	    {"format", required_argument, NULL, 'f'},
-	    {"ps-tree", no_argument, NULL, 'p'},
-	    {"files", no_argument, NULL, 'F'},
-	    {"sockets", no_argument, NULL, 's'},
-	    {"mounts", no_argument, NULL, 'm'},
-	    {"stats", no_argument, NULL, 'S'},
-	    {"all", no_argument, NULL, 'a'},
+	    {"json", no_argument, NULL, OPT_JSON},
+	    {"format", required_argument, NULL, OPT_FORMAT},
+	    {"ps-tree", no_argument, NULL, OPT_PS_TREE},
+	    {"files", no_argument, NULL, OPT_FILES},
+	    {"sockets", no_argument, NULL, OPT_SOCKETS},
+	    {"mounts", no_argument, NULL, OPT_MOUNTS},
+	    {"stats", no_argument, NULL, OPT_STATS},
+	    {"all", no_argument, NULL, OPT_ALL},
 	    {NULL, 0, NULL, 0},
 	};
 	_cleanup_error_ struct stasis_error *err = NULL;
@@ -279,40 +290,42 @@ int cmd_inspect(int argc, char **argv)
 	int c, r;
 
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, "", options, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, ":", options, NULL)) != -1) {
 		switch (c) {
-		case 'j':
+		case OPT_JSON:
 			json = true;
 			break;
-		case 'f':
+		case OPT_FORMAT:
 			if (strcmp(optarg, "json") && strcmp(optarg, "tree"))
 				return cli_usage_error(
 				    "inspect", "--format wants 'json' or 'tree', not '%s'", optarg);
 			json = !strcmp(optarg, "json");
 			break;
-		case 'p':
+		case OPT_PS_TREE:
 			views |= VIEW_PS_TREE;
 			break;
-		case 'F':
+		case OPT_FILES:
 			views |= VIEW_FILES;
 			break;
-		case 's':
+		case OPT_SOCKETS:
 			views |= VIEW_SOCKETS;
 			break;
-		case 'm':
+		case OPT_MOUNTS:
 			views |= VIEW_MOUNTS;
 			break;
-		case 'S':
+		case OPT_STATS:
 			views |= VIEW_STATS;
 			break;
-		case 'a':
+		case OPT_ALL:
 			views |=
 			    VIEW_PS_TREE | VIEW_FILES | VIEW_SOCKETS | VIEW_MOUNTS | VIEW_STATS;
 			break;
 		default:
-			return cli_usage_error("inspect", "unknown option '%s'", argv[optind - 1]);
+			return cli_option_error("inspect", c, argv, ":");
 		}
 	}
+	if (optind < argc - 1)
+		return cli_usage_error("inspect", "unexpected argument '%s'", argv[optind + 1]);
 	if (optind != argc - 1)
 		return cli_usage_error("inspect", "expected one image directory");
 	manifest_init(&m);

@@ -10,8 +10,8 @@
 static int gpu_spec(int argc, char **argv)
 {
 	static const struct option options[] = {
-	    {"gpus", required_argument, NULL, 'g'},
-	    {"cdi", required_argument, NULL, 'c'},
+	    {"gpus", required_argument, NULL, CLI_OPT_JSON + 1},
+	    {"cdi", required_argument, NULL, CLI_OPT_JSON + 2},
 	    {NULL, 0, NULL, 0},
 	};
 	_cleanup_error_ struct stasis_error *err = NULL;
@@ -20,14 +20,16 @@ static int gpu_spec(int argc, char **argv)
 	int c;
 
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, "", options, NULL)) != -1) {
-		if (c == 'g')
+	while ((c = getopt_long(argc, argv, ":", options, NULL)) != -1) {
+		if (c == CLI_OPT_JSON + 1)
 			gpus = optarg;
-		else if (c == 'c')
+		else if (c == CLI_OPT_JSON + 2)
 			cdi = optarg;
 		else
-			return cli_usage_error("oci", "unknown option '%s'", argv[optind - 1]);
+			return cli_option_error("oci", c, argv, ":");
 	}
+	if (optind < argc - 1)
+		return cli_usage_error("oci", "unexpected argument '%s'", argv[optind + 1]);
 	if (optind != argc - 1)
 		return cli_usage_error("oci", "expected one CONFIG.json");
 	if (oci_gpu_spec(argv[optind], gpus, cdi, &sum, &err) < 0)

@@ -266,7 +266,7 @@ static size_t gather(bool gpu, const struct nvml_gpu *gpus, const struct nvml_pr
 int cmd_ps(int argc, char **argv)
 {
 	static const struct option options[] = {
-	    {"json", no_argument, NULL, 'j'},
+	    {"json", no_argument, NULL, CLI_OPT_JSON},
 	    {NULL, 0, NULL, 0},
 	};
 	_cleanup_error_ struct stasis_error *err = NULL;
@@ -279,9 +279,9 @@ int cmd_ps(int argc, char **argv)
 	int c;
 
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, "", options, NULL)) != -1) {
-		if (c != 'j')
-			return cli_usage_error("ps", "unknown option '%s'", argv[optind - 1]);
+	while ((c = getopt_long(argc, argv, ":", options, NULL)) != -1) {
+		if (c != CLI_OPT_JSON)
+			return cli_option_error("ps", c, argv, ":");
 		json = true;
 	}
 	if (optind != argc)

@@ -2,8 +2,10 @@
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cli.h"
+#include "gpumap.h"
 #include "migrate.h"
 #include "progress.h"
 #include "stasis.h"
@@ -41,45 +43,57 @@ static void report(void *ctx, const struct manifest *m, const struct stasis_migr
 	fflush(stdout);
 }
 
+enum {
+	OPT_JSON = CLI_OPT_JSON,
+	OPT_LISTEN,
+	OPT_KEY_FILE,
+	OPT_GPU_MAP,
+	OPT_ONCE,
+	OPT_NAME,
+};
+
 int cmd_receive(int argc, char **argv)
 {
 	static const struct option options[] = {
-	    {"listen", required_argument, NULL, 'l'},
-	    {"key-file", required_argument, NULL, 'k'},
-	    {"gpu-map", required_argument, NULL, 'g'},
-	    {"once", no_argument, NULL, '1'},
-	    {"json", no_argument, NULL, 'P'},
-	    {"name", required_argument, NULL, 'n'},
+	    {"listen", required_argument, NULL, OPT_LISTEN},
+	    {"key-file", required_argument, NULL, OPT_KEY_FILE},
+	    {"gpu-map", required_argument, NULL, OPT_GPU_MAP},
+	    {"once", no_argument, NULL, OPT_ONCE},
+	    {"json", no_argument, NULL, OPT_JSON},
+	    {"name", required_argument, NULL, OPT_NAME},
 	    {NULL, 0, NULL, 0},
 	};
 	struct stasis_receive_options o = {0};
+	struct gpu_map map;
 	_cleanup_error_ struct stasis_error *err = NULL;
 	bool json = false;
 	int c, r;
 
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, "", options, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, ":", options, NULL)) != -1) {
 		switch (c) {
-		case 'l':
+		case OPT_LISTEN:
 			o.listen = optarg;
 			break;
-		case 'k':
+		case OPT_KEY_FILE:
 			o.key_file = optarg;
 			break;
-		case 'g':
+		case OPT_GPU_MAP:
+			if (strcmp(optarg, "auto") && gpu_map_parse(optarg, &map, &err) < 0)
+				return cli_usage_error("receive", "%s", err->message);
 			o.gpu_map = optarg;
 			break;
-		case '1':
+		case OPT_ONCE:
 			o.once = true;
 			break;
-		case 'n':
+		case OPT_NAME:
 			o.name = optarg;
 			break;
-		case 'P':
+		case OPT_JSON:
 			json = true;
 			break;
 		default:
-			return cli_usage_error("receive", "unknown option '%s'", argv[optind - 1]);
+			return cli_option_error("receive", c, argv, ":");
 		}
 	}
 	if (optind != argc)

@@ -63,14 +63,13 @@ int cmd_run(int argc, char **argv)
 	static const struct option options[] = {{NULL, 0, NULL, 0}};
 	sigset_t forwarded, old;
 	pid_t child;
+	int c;
 
 	opterr = 0;
 	/* "+": the job's own options are its own. */
-	if (getopt_long(argc, argv, "+", options, NULL) != -1) {
-		if (optopt)
-			return cli_usage_error("run", "unknown option -%c", optopt);
-		return cli_usage_error("run", "unknown option %s", argv[optind - 1]);
-	}
+	c = getopt_long(argc, argv, "+:", options, NULL);
+	if (c != -1)
+		return cli_option_error("run", c, argv, "+:");
 	if (optind >= argc)
 		return cli_usage_error("run", "which command? (stasis run [--] COMMAND...)");
 	if (apply_settings() < 0) {

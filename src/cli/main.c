@@ -12,18 +12,21 @@
 #include "note.h"
 #include "runc-wrap.h"
 #include "stasis.h"
+#include "util.h"
 
 mode_t cli_caller_umask = 022;
 
 const struct command commands[] = {
     {"checkpoint", cmd_checkpoint, "checkpoint a process tree or container into an image",
      "usage: stasis checkpoint PID -D DIR [options]   (alias: dump)\n"
+     "       stasis dump -t PID -D DIR [options]        (as criu dump)\n"
      "       stasis checkpoint --runtime runc|containerd CONTAINER -D DIR [options]\n"
      "\n"
      "Checkpoint the process tree rooted at PID, GPU state included, into DIR.\n"
      "The tree stops unless --leave-running is given.\n"
      "\n"
-     "  -D, --images-dir DIR  image directory (new or empty)\n"
+     "  -D, --images-dir DIR  image directory (new or empty; relative to here)\n"
+     "  -t, --tree PID        the tree's root, as criu dump takes it\n"
      "  -R, --leave-running   keep the tree running after the checkpoint; an image\n"
      "                        beyond the page cache's dirty limit, or with a\n"
      "                        process big enough for its pages to be written in\n"
@@ -32,10 +35,15 @@ const struct command commands[] = {
      "                        to DIR once the tree runs again\n"
      "      --stage           with --leave-running, stage whatever the image's size\n"
      "      --no-stage        with --leave-running, never stage\n"
-     "      --shell-job       the tree was started from a shell (shares its session)\n"
+     "  -j, --shell-job       the tree was started from a shell (shares its session)\n"
      "      --tcp-established checkpoint established TCP connections\n"
-     "  -t, --timeout MS      CUDA lock timeout (default 10000)\n"
+     "  -x, --ext-unix-sk     checkpoint unix sockets whose peer is outside the tree\n"
+     "  -v[N], --verbosity[=N]  CRIU's log level, 0 (none) to 4 (all, the default)\n"
+     "  -o, --log-file NAME   CRIU's log, a name ending in .log, kept in DIR/criu\n"
+     "                        (default dump.log)\n"
+     "      --timeout MS      CUDA lock timeout, 1 to 3600000 (default 10000)\n"
      "      --runtime runc|containerd  checkpoint container CONTAINER instead of a PID\n"
+     "                        (-t, -j, -v, -o and the socket options are a tree's)\n"
      "      --namespace NS    containerd's namespace (default $CONTAINERD_NAMESPACE,\n"
      "                        else 'default')\n"
      "      --address SOCK    containerd's socket (default $CONTAINERD_ADDRESS, else\n"
@@ -65,7 +73,15 @@ const struct command commands[] = {
      "\n"
      "  -D, --images-dir DIR  image directory\n"
      "  -d, --detach          leave the restored tree running; print its PID\n"
-     "      --gpu-map MAP     OLD=NEW,... GPUs by UUID or index\n"
+     "      --gpu-map MAP     OLD=NEW,... GPUs by UUID or index, each OLD one of\n"
+     "                        the image's (stasis inspect), each named once\n"
+     "  -j, --shell-job, --tcp-established, -x, --ext-unix-sk\n"
+     "                        accepted as criu restore takes them: the image's own\n"
+     "                        are used whatever is given; one it was made without\n"
+     "                        changes nothing, and a note says so\n"
+     "  -v[N], --verbosity[=N]  CRIU's log level, 0 (none) to 4 (all, the default)\n"
+     "  -o, --log-file NAME   CRIU's log, a name ending in .log in the work folder\n"
+     "                        (default restore.log)\n"
      "      --runtime runc|containerd  the image is a container: its runtime\n"
      "                        restores it (detached)\n"
      "      --bundle PATH     runc: the container's bundle (default: the one checkpointed)\n"
@@ -85,6 +101,7 @@ const struct command commands[] = {
      "                        and the pages' bytes done, of how many, and rate\n"},
     {"migrate", cmd_migrate, "move a running process tree or container to another host",
      "usage: stasis migrate PID --to HOST:PORT --key-file FILE [options]\n"
+     "       stasis migrate -t PID --to HOST:PORT --key-file FILE [options]\n"
      "       stasis migrate --runtime runc ID --to HOST:PORT --key-file FILE [options]\n"
      "\n"
      "Stream the tree rooted at PID, or the runc container ID, GPU state\n"
@@ -99,7 +116,8 @@ const struct command commands[] = {
      "      --key-file FILE   the shared secret (32 bytes or more, mode 0600)\n"
      "      --compress auto|on|off  zstd on the wire: auto where a sample of\n"
      "                        each frame shrinks by a tenth (default auto)\n"
-     "  -t, --timeout MS      CUDA lock timeout (default 10000)\n"
+     "  -t, --tree PID        the tree's root, as criu dump takes it\n"
+     "      --timeout MS      CUDA lock timeout, 1 to 3600000 (default 10000)\n"
      "      --json            phases in microseconds, bytes and the pause as JSON\n"},
     {"receive", cmd_receive, "restore trees and containers migrated from another host",
      "usage: stasis receive --listen ADDR:PORT --key-file FILE [options]\n"
@@ -159,13 +177,14 @@ const struct command commands[] = {
      "processes use CUDA. Without an NVIDIA driver: the session leaders (the\n"
      "trees stasis can checkpoint) and the containers, the GPU columns empty.\n"},
     {"gpu", cmd_gpu, "suspend or resume GPU state in place",
-     "usage: stasis gpu suspend PID... [-t MS] [--json]\n"
-     "       stasis gpu resume PID... [--gpu-map MAP] [--json]\n"
+     "usage: stasis gpu suspend PID... [--timeout MS] [--json]\n"
+     "       stasis gpu resume PID... [--json]\n"
      "\n"
      "suspend: lock and checkpoint each process's GPU state into its host\n"
      "memory, all in parallel; the GPU is freed and the process waits.\n"
-     "resume: restore and unlock. On any failure every process touched goes\n"
-     "back to running.\n"},
+     "resume: restore and unlock, onto the GPUs it left. On any failure every\n"
+     "process touched goes back to running. --timeout, the lock's, 1 to 3600000\n"
+     "ms (default 10000).\n"},
     {"oci", cmd_oci, "add the NVIDIA devices and driver libraries to an OCI config",
      "usage: stasis oci gpu-spec CONFIG.json [--gpus all|UUID,...] [--cdi FILE]\n"
      "\n"
@@ -224,12 +243,10 @@ int cli_usage_error(const char *command, const char *fmt, ...)
 
 bool cli_parse_pid(const char *text, pid_t *pid)
 {
-	char *end;
-	long v;
+	uint64_t v;
 
-	errno = 0;
-	v = strtol(text, &end, 10);
-	if (errno || end == text || *end || v <= 0 || v > 4194304)
+	/* The kernel's largest pid_max. */
+	if (parse_uint_in(text, 1, 4194304, &v) < 0)
 		return false;
 	*pid = (pid_t)v;
 	return true;
