@@ -158,6 +158,8 @@ int cmd_restore(int argc, char **argv)
 		return r;
 
 	cli_progress(stats, progress);
+	/* Ctrl-C stops the restore: the tree it brought back is killed. */
+	stasis_install_interrupt_handlers();
 	manifest_init(&m);
 	r = stasis_restore(&o, &m, &root, &err);
 	if (r < 0) {

@@ -24,6 +24,7 @@
 #include "gpumap.h"
 #include "image.h"
 #include "image-stage.h"
+#include "interrupt.h"
 #include "lock.h"
 #include "mappings.h"
 #include "note.h"
@@ -186,6 +187,10 @@ int restore_target_handed_off(struct target *t, struct manifest *m, struct image
 		r = t->ops->adopt(t, m, root_out, err);
 	if (r == 0 || served < 0)
 		r = restore_finish_gpus(m, plan, served, &gpu_err, err);
+	/* A signal to stop that came while it restored: what came back goes. */
+	if (r == 0 && stasis_interrupted())
+		r = stasis_error_set(err, EINTR, STASIS_DOMAIN_SYSTEM, EINTR,
+				     "interrupted by a signal during the restore");
 	if (r < 0)
 		t->ops->destroy(t, m, restored == 0 ? *root_out : -1, restored == 0 || served < 0,
 				err);
@@ -336,6 +341,10 @@ static int restore_verified(const struct stasis_restore_options *o, struct manif
 		manifest_add_phase(m, m->options.compress ? "decompress" : "verify_wait",
 				   now_usec() - start);
 	}
+	if (r == 0 && stasis_interrupted())
+		r = stasis_error_set(err, EINTR, STASIS_DOMAIN_SYSTEM, EINTR,
+				     "interrupted by a signal before the restore: nothing was "
+				     "restored");
 	if (r == 0)
 		r = run_work_make("restore", t.work, sizeof(t.work), err);
 	if (r < 0)

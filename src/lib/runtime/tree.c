@@ -4,6 +4,7 @@
  * sealed before CRIU may kill the tree, and at post-restore the tree runs
  * only once the pages match their checksums. */
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -14,6 +15,7 @@
 #include "shm-remap.h"
 #include "fault.h"
 #include "image.h"
+#include "interrupt.h"
 #include "proc.h"
 #include "progress.h"
 #include "steps.h"
@@ -234,17 +236,43 @@ static struct {
 	int result;
 } post_restore;
 
+/* SIGINT and SIGTERM, which stop a restore. */
+static void stop_signals(sigset_t *set)
+{
+	sigemptyset(set);
+	sigaddset(set, SIGINT);
+	sigaddset(set, SIGTERM);
+}
+
+/* Whether a signal to stop came: seen, or held back while CRIU restores. */
+static bool stop_asked(void)
+{
+	sigset_t pending;
+
+	return stasis_interrupted() ||
+	       (sigpending(&pending) == 0 &&
+		(sigismember(&pending, SIGINT) || sigismember(&pending, SIGTERM)));
+}
+
 /* The tree is restored but none of it runs yet: it may run only from an
- * image whose pages match their checksums. */
+ * image whose pages match their checksums, and not after a signal to
+ * stop. Refused, CRIU kills it. */
 static int on_restore_notify(const char *action)
 {
 	uint64_t start;
 
 	if (strcmp(action, "post-restore") != 0)
 		return 0;
-	/* Test-only: time to kill stasis while CRIU waits for it. */
-	if (fault_at("restore-slow", 0))
-		sleep(30);
+	/* Test-only: time to kill or stop stasis while CRIU waits for it. */
+	for (int i = 0; i < 300 && fault_at("restore-slow", 0) && !stop_asked(); i++)
+		usleep(100000);
+	if (stop_asked()) {
+		stasis_error_set(post_restore.err, EINTR, STASIS_DOMAIN_SYSTEM, EINTR,
+				 "interrupted by a signal during CRIU's restore");
+		post_restore.result = stasis_error_hint(
+		    post_restore.err, "the partly restored tree was killed; the image is intact");
+		return 1;
+	}
 	start = now_usec();
 	post_restore.result = image_verify_wait(post_restore.verifier, post_restore.err);
 	manifest_add_phase(post_restore.m, "verify_wait", now_usec() - start);
@@ -306,6 +334,7 @@ static int tree_restore(struct target *t, struct manifest *m, struct image_verif
 	    .link_remap_dir = m->options.link_remap ? m->options.link_remap_dir : NULL,
 	    .notify = on_restore_notify,
 	};
+	sigset_t stop, before;
 	int r;
 
 	if (fault_at("criu-restore", 0))
@@ -316,12 +345,22 @@ static int tree_restore(struct target *t, struct manifest *m, struct image_verif
 	post_restore.err = err;
 	post_restore.result = 0;
 	progress_begin("CRIU restore of %zu process%s", m->nprocs, m->nprocs == 1 ? "" : "es");
+	/* Ctrl-C reaches CRIU too (one process group), which would die of it
+	 * halfway, its tree waiting for ever: held back meanwhile (CRIU
+	 * inherits the mask), it is answered at the post-restore
+	 * notification, and delivered after. */
+	stop_signals(&stop);
+	pthread_sigmask(SIG_BLOCK, &stop, &before);
 	r = criu_run_restore(&req, root, err);
+	pthread_sigmask(SIG_SETMASK, &before, NULL);
 	progress_end();
 	/* CRIU removed its links once the files were open again. */
 	if (r == 0 && m->options.link_remap)
 		shm_remap_remove(m->options.link_remap_dir);
-	/* CRIU reports the refused notification; the cause is ours. */
+	/* CRIU reports the refused notification; the cause is ours (its
+	 * failure's hint, the log, is said by the restore's error). */
+	if (post_restore.result == -EINTR)
+		stasis_error_hint(err, "the partly restored tree was killed; the image is intact");
 	if (post_restore.result < 0)
 		r = post_restore.result;
 	else if (r < 0)
@@ -345,6 +384,10 @@ static void tree_destroy(struct target *t, struct manifest *m, pid_t root, bool 
 		if (m->procs[i].pid > 0)
 			kill(m->procs[i].pid, SIGKILL);
 	tree_wait_gone(m);
+	if (err && *err && (*err)->status == EINTR) {
+		stasis_error_hint(err, "the restored tree was killed; the image is intact");
+		return;
+	}
 	stasis_error_wrap(err, "GPU restore failed");
 	stasis_error_hint(err, "the half-restored tree was killed; the image is intact, restore "
 			       "again once the cause is fixed");
