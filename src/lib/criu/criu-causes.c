@@ -65,8 +65,7 @@ static const struct cause_rule {
     {"has bad mode", NULL, NULL, REMEDY_DELETED_FILE},
 };
 
-/* A line of CRIU's log without its "(00.123456) " timestamp. */
-static const char *without_timestamp(const char *line)
+const char *criu_log_without_timestamp(const char *line)
 {
 	if (line[0] == '(' && strchr(line, ')'))
 		line = strchr(line, ')') + 1;
@@ -137,9 +136,9 @@ static int describe(char *const *lines, size_t at, const struct cause_rule *rule
 
 	if (before) {
 		before = strstr(before, rule->before);
-		n = asprintf(&out->line, "%s (%s)", without_timestamp(lines[at]), before);
+		n = asprintf(&out->line, "%s (%s)", criu_log_without_timestamp(lines[at]), before);
 	} else {
-		n = asprintf(&out->line, "%s", without_timestamp(lines[at]));
+		n = asprintf(&out->line, "%s", criu_log_without_timestamp(lines[at]));
 	}
 	if (n < 0) {
 		out->line = NULL;

@@ -22,4 +22,7 @@ int criu_cause_find(const char *log, struct criu_cause *out);
 
 void criu_cause_free(struct criu_cause *c);
 
+/* A line of CRIU's log without its "(00.123456) " timestamp. */
+const char *criu_log_without_timestamp(const char *line);
+
 #endif

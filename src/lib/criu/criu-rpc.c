@@ -276,16 +276,6 @@ int criu_version(struct stasis_error **err)
 	return version;
 }
 
-/* A line of CRIU's log without its "(00.123456) " timestamp. */
-static const char *without_timestamp(const char *line)
-{
-	if (line[0] == '(' && strchr(line, ')'))
-		line = strchr(line, ')') + 1;
-	while (*line == ' ')
-		line++;
-	return line;
-}
-
 /* Less room than this where CRIU wrote, and its file system was full. */
 #define LOG_ROOM_MIN (1u << 20)
 
@@ -320,11 +310,12 @@ static int criu_failure(struct stasis_error **err, const char *what, int ret, co
 	if (ret == -ECOMM) {
 		/* The socket closed without an answer: CRIU was killed, by a
 		 * signal or the OOM killer. Its log stops where it died. */
-		stasis_error_set(
-		    err, EIO, STASIS_DOMAIN_CRIU, ret,
-		    "criu %s failed: CRIU died without answering (killed by a signal, "
-		    "or out of memory: see the kernel log); its log ends: %s",
-		    what, log && *last_line(log) ? without_timestamp(last_line(log)) : "(empty)");
+		stasis_error_set(err, EIO, STASIS_DOMAIN_CRIU, ret,
+				 "criu %s failed: CRIU died without answering (killed by a signal, "
+				 "or out of memory: see the kernel log); its log ends: %s",
+				 what,
+				 log && *last_line(log) ? criu_log_without_timestamp(last_line(log))
+							: "(empty)");
 		return stasis_error_hint(err, "full log: %s", log_path);
 	}
 	if (criu_cause_find(log, &cause) < 0)

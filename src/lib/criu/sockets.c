@@ -285,7 +285,7 @@ static int find_exposed_unix(pid_t pid, const struct socket_fds *set, char *bad,
 			return UNIX_ODD_NAME;
 		if (!mappings_folders_root_only(root, where, strlen(where)))
 			return UNIX_EXPOSED;
-		if (!mappings_links_protected() && mappings_folder_shared_sticky(root, where))
+		if (mappings_folder_shared_sticky(root, where) && !mappings_links_protected())
 			return UNIX_SHARED;
 		if (!names_file(root, where, &u.st))
 			return UNIX_ELSEWHERE;
