@@ -99,9 +99,6 @@ static bool describe(pid_t pid, const struct nvml_gpu *gpus, const struct nvml_p
 		snprintf(e->blockers, sizeof(e->blockers),
 			 "an NCCL rank started without %s=%s (start it with stasis run)",
 			 missing->name, missing->value);
-	else if (cuda && mappings_runs_jax(pid))
-		snprintf(e->blockers, sizeof(e->blockers),
-			 "runs JAX, which can crash while the driver checkpoints it");
 	/* A container's runtime makes its namespaces. */
 	else if (strcmp(e->container, "-") == 0)
 		namespaces_blocker(pid, cuda, e->blockers, sizeof(e->blockers));

@@ -5,17 +5,13 @@
  * before CRIU lets the restored tree run, the plugin asks stasis over the
  * socket in $STASIS_PLUGIN_SOCKET which threads to wake, wakes them, lets
  * stasis run the driver's restore and unlock for all processes at once, and
- * stops them again. CRIU is the tracer of every thread then, so only CRIU's
+ * stops them again (gpu-dump.c does the same for the checkpoint). CRIU is the tracer of every thread then, so only CRIU's
  * process, this plugin, can wake one. Without the variable (a CRIU run that
  * is not stasis's) it does nothing. (The same at the end of a dump, as
  * CRIU's cuda plugin does it, hung with driver 580: stasis resumes a dumped
  * tree after CRIU has let it go.)
  *
- * The talk, one message each way per step (SOCK_SEQPACKET):
- *   plugin: "resume restore PID..."
- *   stasis: "wake TID..."            (none: nothing to do)
- *   plugin: "go"                     (or "abort ERRNO" when a wake failed)
- *   stasis: "ok" | "fail MESSAGE"
+ * (plugin-talk.c has the messages.)
  * A failed restore kills the tree while no restored thread has run. */
 #include <dirent.h>
 #include <errno.h>
@@ -24,9 +20,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/ptrace.h>
-#include <sys/socket.h>
-#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -34,129 +27,6 @@
 #include "plugin.h"
 
 #define MAX_TREE 8192
-
-struct parked {
-	pid_t tid;
-	uint64_t mask; /* the thread's signal mask before it was woken */
-	bool woken;
-};
-
-static int connect_stasis(void)
-{
-	const char *path = getenv("STASIS_PLUGIN_SOCKET");
-	struct sockaddr_un addr = {.sun_family = AF_UNIX};
-	int fd;
-
-	if (!path || !*path || strlen(path) >= sizeof(addr.sun_path))
-		return -ENOENT;
-	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-	if (fd < 0)
-		return -errno;
-	strcpy(addr.sun_path, path);
-	if (connect(fd, (struct sockaddr *)&addr, sizeof(addr)) < 0) {
-		int e = errno;
-
-		close(fd);
-		return -e;
-	}
-	return fd;
-}
-
-/* Let only this thread run: every signal but SIGTRAP blocked, no syscall
- * stops (CRIU's cuda plugin does the same). */
-static int wake(struct parked *t)
-{
-	uint64_t block = ~(1ULL << (SIGTRAP - 1));
-
-	if (ptrace(PTRACE_GETSIGMASK, t->tid, sizeof(t->mask), &t->mask) < 0 ||
-	    ptrace(PTRACE_SETSIGMASK, t->tid, sizeof(block), &block) < 0 ||
-	    ptrace(PTRACE_SETOPTIONS, t->tid, NULL, 0) < 0 ||
-	    ptrace(PTRACE_CONT, t->tid, NULL, 0) < 0)
-		return -errno;
-	t->woken = true;
-	return 0;
-}
-
-/* Back into a ptrace-stop, as CRIU left it. A signal that arrives first
- * is delivered on the way. */
-static int park(struct parked *t)
-{
-	int status;
-
-	if (!t->woken)
-		return 0;
-	if (ptrace(PTRACE_INTERRUPT, t->tid, NULL, 0) < 0)
-		return -errno;
-	for (;;) {
-		if (waitpid(t->tid, &status, __WALL) < 0)
-			return -errno;
-		if (!WIFSTOPPED(status))
-			return -ESRCH;
-		if (status >> 16 == PTRACE_EVENT_STOP)
-			break;
-		if (ptrace(PTRACE_CONT, t->tid, NULL, (void *)(long)WSTOPSIG(status)) < 0)
-			return -errno;
-	}
-	t->woken = false;
-	if (ptrace(PTRACE_SETOPTIONS, t->tid, NULL,
-		   PTRACE_O_TRACESYSGOOD | PTRACE_O_SUSPEND_SECCOMP) < 0 &&
-	    ptrace(PTRACE_SETOPTIONS, t->tid, NULL, PTRACE_O_TRACESYSGOOD) < 0)
-		return -errno;
-	return ptrace(PTRACE_SETSIGMASK, t->tid, sizeof(t->mask), &t->mask) < 0 ? -errno : 0;
-}
-
-static size_t parse_tids(const char *msg, struct parked *out, size_t max)
-{
-	size_t n = 0;
-	char *end;
-
-	for (const char *p = msg + strlen("wake"); n < max; p = end) {
-		long tid = strtol(p, &end, 10);
-
-		if (end == p)
-			break;
-		out[n++] = (struct parked){.tid = (pid_t)tid};
-	}
-	return n;
-}
-
-/* The whole exchange after the opening message: 0, 1 when stasis says
- * the GPU work failed, or -errno of a local failure. */
-static int exchange(int fd, const char *opening, char *answer, size_t len)
-{
-	static struct parked threads[MAX_TREE];
-	size_t n;
-	int r, stuck = 0;
-
-	r = wire_say(fd, opening);
-	if (r == 0)
-		r = wire_hear(fd, answer, len);
-	if (r < 0)
-		return r;
-	if (strncmp(answer, "wake", 4) != 0)
-		return 1; /* stasis could not even say which threads */
-	n = parse_tids(answer, threads, MAX_TREE);
-	if (n == 0)
-		return 0;
-	for (size_t i = 0; i < n && r == 0; i++)
-		r = wake(&threads[i]);
-	if (r < 0) {
-		char abort_msg[32];
-
-		snprintf(abort_msg, sizeof(abort_msg), "abort %d", -r);
-		wire_say(fd, abort_msg);
-	} else {
-		r = wire_say(fd, "go");
-		if (r == 0)
-			r = wire_hear(fd, answer, len);
-		if (r == 0 && strncmp(answer, "ok", 2) != 0)
-			r = 1;
-	}
-	for (size_t i = 0; i < n; i++)
-		if (park(&threads[i]) < 0)
-			stuck = -EIO;
-	return r ? r : stuck;
-}
 
 /* The restored tree under root: root and every descendant, from the
  * children files of each thread (every one of them is stopped now). */
@@ -288,20 +158,24 @@ int gpu_resume_devices_late(int pid)
 	if (done)
 		return 0;
 	done = true;
-	fd = connect_stasis();
+	fd = plugin_connect_stasis();
 	if (fd == -ENOENT)
 		return 0;
 	if (fd < 0)
 		return fd;
 	answer = malloc(WIRE_MAX_MESSAGE);
 	request = restore_request(pid, pids, &n);
-	r = answer && request ? exchange(fd, request, answer, WIRE_MAX_MESSAGE) : -ENOMEM;
+	r = answer && request ? plugin_exchange(fd, request, answer, WIRE_MAX_MESSAGE) : -ENOMEM;
 	close(fd);
 	free(answer);
 	free(request);
 	/* No restored thread has run yet: the half-restored tree dies here,
 	 * so that CRIU's restore fails instead of resuming it. */
-	if (r != 0)
+	if (r != 0) {
+		plugin_log(PLUGIN_LOG_ERROR, "the GPU restore failed (%d): the restored tree is killed",
+			   r);
 		kill_tree(pids, n);
+	} else
+		plugin_log(PLUGIN_LOG_INFO, "GPU state restored for the tree of PID %d", pid);
 	return r == 0 ? 0 : -1;
 }

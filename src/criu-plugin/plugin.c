@@ -31,7 +31,8 @@ int plugin_fd_path(int fd, char *path, size_t len)
 
 static int plugin_init(int stage)
 {
-	(void)stage;
+	if (stage == CR_PLUGIN_STAGE__DUMP)
+		gpu_dump_init();
 	return 0;
 }
 
@@ -47,3 +48,5 @@ CR_PLUGIN_REGISTER_HOOK(CR_PLUGIN_HOOK__RESTORE_EXT_FILE, nvidia_restore_file)
 CR_PLUGIN_REGISTER_HOOK(CR_PLUGIN_HOOK__HANDLE_DEVICE_VMA, nvidia_handle_vma)
 CR_PLUGIN_REGISTER_HOOK(CR_PLUGIN_HOOK__UPDATE_VMA_MAP, nvidia_update_vma_map)
 CR_PLUGIN_REGISTER_HOOK(CR_PLUGIN_HOOK__RESUME_DEVICES_LATE, gpu_resume_devices_late)
+CR_PLUGIN_REGISTER_HOOK(CR_PLUGIN_HOOK__PAUSE_DEVICES, gpu_pause_devices)
+CR_PLUGIN_REGISTER_HOOK(CR_PLUGIN_HOOK__CHECKPOINT_DEVICES, gpu_checkpoint_devices)

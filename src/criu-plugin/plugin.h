@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /* stasis's CRIU plugin, one .so: the /dev/nvidia* descriptors and device
- * mappings that the driver's checkpoint leaves behind, and the GPU restore
- * done while CRIU still holds the tree (each part in its own file). */
+ * mappings that the driver's checkpoint leaves behind, and the GPU steps
+ * done while CRIU holds the tree, the checkpoint and the restore (each part
+ * in its own file). The driver calls run in stasis, never in CRIU, which
+ * forks the restored tree. */
 #ifndef STASIS_PLUGIN_H
 #define STASIS_PLUGIN_H
 
@@ -29,5 +31,26 @@ int nvidia_update_vma_map(const char *path, uint64_t addr, uint64_t old_pgoff, u
 
 /* gpu-resume.c: GPU restore with only the restore threads running. */
 int gpu_resume_devices_late(int pid);
+
+/* gpu-dump.c: the lock before CRIU freezes the tree, the checkpoint once
+ * it is frozen, with only the restore threads running. */
+void gpu_dump_init(void);
+int gpu_pause_devices(int pid);
+int gpu_checkpoint_devices(int pid);
+
+/* plugin-talk.c: the plugin channel to stasis. */
+enum { PLUGIN_LOG_ERROR = 1, PLUGIN_LOG_WARN = 2, PLUGIN_LOG_INFO = 3, PLUGIN_LOG_DEBUG = 4 };
+
+/* A line in CRIU's own log (dump.log, restore.log), naming stasis. */
+void plugin_log(unsigned int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* The socket to stasis named in $STASIS_PLUGIN_SOCKET: its fd, -ENOENT
+ * when no stasis asked for the GPU steps, or -errno. */
+int plugin_connect_stasis(void);
+
+/* The whole conversation after the opening message: 0, 1 when stasis says
+ * the GPU work failed (answer holds its words), or -errno of a local
+ * failure. Every thread woken is stopped again before it returns. */
+int plugin_exchange(int fd, const char *opening, char *answer, size_t len);
 
 #endif

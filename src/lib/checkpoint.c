@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: MIT */
-/* stasis checkpoint: preflight -> lock all -> checkpoint all GPU state ->
- * CRIU dump (the manifest is written while CRIU still holds the tree
- * frozen) -> with leave_running: restore + unlock all. */
+/* stasis checkpoint: preflight -> CRIU dump, inside which stasis's plugin
+ * has every CUDA process locked before the freeze and its GPU state
+ * checkpointed once the tree is frozen (the manifest is written while CRIU
+ * still holds the tree frozen) -> with leave_running: restore + unlock
+ * all. */
 #include <errno.h>
 #include <limits.h>
 #include <signal.h>
@@ -14,10 +16,12 @@
 #include "criu-rpc.h"
 #include "devfiles.h"
 #include "fault.h"
+#include "gpu-handoff.h"
 #include "gpu.h"
 #include "image-pack.h"
 #include "image-stage.h"
 #include "image.h"
+#include "interrupt.h"
 #include "lock.h"
 #include "mappings.h"
 #include "namespaces.h"
@@ -42,17 +46,6 @@ int stasis_require_root(struct stasis_error **err)
 		return 0;
 	stasis_error_set(err, EPERM, STASIS_DOMAIN_USAGE, 0, "stasis must run as root");
 	return stasis_error_hint(err, "run it with sudo");
-}
-
-/* fault names the test switch that simulates a signal at this point. */
-int checkpoint_check_interrupted(const char *fault, const char *step, struct stasis_error **err)
-{
-	if (fault_at(fault, 0))
-		raise(SIGTERM);
-	if (!stasis_interrupted())
-		return 0;
-	return stasis_error_set(err, EINTR, STASIS_DOMAIN_SYSTEM, EINTR,
-				"interrupted by a signal before %s", step);
 }
 
 void checkpoint_fill_host_facts(struct manifest *m)
@@ -235,20 +228,19 @@ int checkpoint_preflight(struct manifest *m, struct gpu_batch *batch, const char
 	return r;
 }
 
-int checkpoint_suspend_gpus(struct gpu_batch *batch, struct manifest *m, struct stasis_error **err)
+/* The target's dump with the GPU steps inside it: stasis's CRIU plugin has
+ * every CUDA process locked before CRIU seizes the tree and checkpointed
+ * once it is frozen (gpu-handoff.h). */
+int checkpoint_dump_gpus_inside(struct gpu_batch *batch, struct manifest *m,
+				int (*dump)(void *ctx, struct stasis_error **err), void *ctx,
+				struct stasis_error **err)
 {
-	int r = gpu_lock_all(batch, err);
+	struct gpu_handoff h;
+	int r = gpu_handoff_dump_begin(&h, batch, m, err);
 
 	if (r == 0)
-		r = checkpoint_check_interrupted("sigterm-before-gpu-checkpoint",
-						 "the GPU checkpoint", err);
-	if (r == 0)
-		r = gpu_checkpoint_all(batch, err);
-	/* What the driver left behind must be something CRIU can save. */
-	if (r == 0)
-		r = nvidia_refs_check(m, true, err);
-	gpu_record(batch, m);
-	return r;
+		r = dump(ctx, err);
+	return gpu_handoff_dump_end(&h, r, err);
 }
 
 /* After CRIU's (or runc's) dump, r its result: roll back after a failure,
@@ -311,6 +303,27 @@ static int seal_while_held(void *ctx)
 /* The target's dump, with the GPU steps around it and the image sealed
  * after it unless the target sealed it inside or held the workload while
  * it was sealed. pause_start: when the workload stopped. */
+/* The target's dump, in the shape the GPU handoff calls. */
+struct target_dump_call {
+	struct target *t;
+	struct manifest *m;
+	struct held_seal *seal;
+};
+
+static int target_dump(void *ctx, struct stasis_error **err)
+{
+	struct target_dump_call *d = ctx;
+
+	return d->t->ops->dump(d->t, d->m, err);
+}
+
+static int target_dump_held(void *ctx, struct stasis_error **err)
+{
+	struct target_dump_call *d = ctx;
+
+	return d->t->ops->dump_held(d->t, d->m, seal_while_held, d->seal, err);
+}
+
 static int checkpoint_dump(struct target *t, struct manifest *m, struct gpu_batch *batch,
 			   uint64_t pause_start, struct stasis_error **err)
 {
@@ -322,6 +335,7 @@ static int checkpoint_dump(struct target *t, struct manifest *m, struct gpu_batc
 	struct image_follower *follower = NULL;
 	struct image_stager *stager = NULL;
 	struct held_seal seal = {.dir = t->dir, .m = m, .err = err};
+	struct target_dump_call dump = {.t = t, .m = m, .seal = &seal};
 	int r = 0;
 
 	if (t->stage[0])
@@ -333,7 +347,8 @@ static int checkpoint_dump(struct target *t, struct manifest *m, struct gpu_batc
 		return r;
 	}
 	seal.follower = follower;
-	r = held ? t->ops->dump_held(t, m, seal_while_held, &seal, err) : t->ops->dump(t, m, err);
+	r = checkpoint_dump_gpus_inside(batch, m, held ? target_dump_held : target_dump, &dump,
+					err);
 	r = checkpoint_dump_end(batch, m, leave_running, r, err);
 	if (r == 0 && leave_running)
 		manifest_add_phase(m, "pause", now_usec() - pause_start);
@@ -373,20 +388,14 @@ static int checkpoint_prepared(struct target *t, struct manifest *m, struct gpu_
 
 	/* From here on the workload changes: every failure rolls back. */
 	pause_start = now_usec();
-	r = checkpoint_suspend_gpus(batch, m, err);
-	/* The driver's copy is in host memory now, in the pages it faulted in:
-	 * nothing after it needs the machine-wide setting. */
+	r = checkpoint_dump(t, m, batch, pause_start, err);
+	/* The driver's copy is in host memory by now, in the pages it faulted
+	 * in: nothing after it needs the machine-wide setting. */
 	if (t->thp_for_gpu_step) {
 		thp_always_end();
 		t->thp_for_gpu_step = false;
 	}
-	if (r == 0)
-		r = checkpoint_check_interrupted("sigterm-before-dump", "the dump", err);
-	if (r < 0) {
-		gpu_rollback(batch, err);
-		return r;
-	}
-	return checkpoint_dump(t, m, batch, pause_start, err);
+	return r;
 }
 
 /* Everything that can be checked before the lock: the target is there,
@@ -491,6 +500,7 @@ int stasis_checkpoint(const struct stasis_checkpoint_options *o, struct manifest
 	struct seal_key key;
 	int r;
 
+	gpu_handoff_reserve_environment();
 	/* From here on the image folder is reached by a path no one but root
 	 * can change. */
 	r = stasis_require_root(err);

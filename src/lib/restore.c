@@ -366,8 +366,7 @@ static int restore_verified(const struct stasis_restore_options *o, struct manif
  * it; changing a value cannot. */
 static void reserve_plugin_environment(void)
 {
-	setenv("STASIS_NVIDIA_DEV_MAP", "", 1);
-	setenv("STASIS_PLUGIN_SOCKET", "", 1);
+	gpu_handoff_reserve_environment();
 	criu_reserve_fill_threads();
 }
 

@@ -27,9 +27,14 @@ int checkpoint_preflight(struct manifest *m, struct gpu_batch *batch, const char
 			 bool compress, bool keeps_running, bool same_machine,
 			 struct stasis_error **err);
 
-/* Lock and checkpoint every CUDA process, in parallel; then check that
- * what the driver left behind can be saved. The caller rolls back. */
-int checkpoint_suspend_gpus(struct gpu_batch *batch, struct manifest *m, struct stasis_error **err);
+/* dump(ctx) (a target's CRIU or runc dump) with the GPU steps of batch
+ * inside it: every CUDA process locked before CRIU seizes the tree and
+ * checkpointed, in parallel, once it is frozen, then checked for what CRIU
+ * cannot save. Returns dump's result, or the GPU step's failure in its
+ * place. The caller rolls back after a failure (checkpoint_dump_end). */
+int checkpoint_dump_gpus_inside(struct gpu_batch *batch, struct manifest *m,
+				int (*dump)(void *ctx, struct stasis_error **err), void *ctx,
+				struct stasis_error **err);
 
 /* After CRIU's or runc's dump, r its result: roll back every CUDA process
  * after a failure, restore and unlock them with leave_running. */
@@ -47,9 +52,6 @@ int checkpoint_pack_finish(struct image_packer *packer, struct manifest *m,
  * on disk. Records the "checksum" and "sync" phases. */
 int checkpoint_seal_image(const char *dir, struct manifest *m, struct image_follower *follower,
 			  struct stasis_error **err);
-
-/* EINTR naming step when SIGINT or SIGTERM arrived (fault simulates one). */
-int checkpoint_check_interrupted(const char *fault, const char *step, struct stasis_error **err);
 
 /* Every PID of m is free, waiting a moment for zombies and orphans. */
 int restore_wait_pids_free(const struct manifest *m, struct stasis_error **err);

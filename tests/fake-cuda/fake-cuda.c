@@ -236,17 +236,21 @@ EXPORT CUresult cuCheckpointProcessLock(int pid, CUcheckpointLockArgs *args)
 	return transition("lock", pid, CU_PROCESS_STATE_RUNNING, CU_PROCESS_STATE_LOCKED);
 }
 
+static void record_hold(int pid, const char *step);
+
 EXPORT CUresult cuCheckpointProcessCheckpoint(int pid, CUcheckpointCheckpointArgs *args)
 {
 	(void)args;
+	record_hold(pid, "checkpoint");
 	return transition("checkpoint", pid, CU_PROCESS_STATE_LOCKED,
 			  CU_PROCESS_STATE_CHECKPOINTED);
 }
 
-/* Where the process stood when the driver restored it, for the tests:
- * "tracer=PID others=stopped|running", the restore thread being the main
- * one. The real driver needs the other threads held still. */
-static void record_hold(int pid)
+/* Where the process stood when the driver checkpointed or restored it, for
+ * the tests: "tracer=PID others=stopped|running" in STATE.checkpoint-held
+ * or STATE.held, the restore thread being the main one. The real driver
+ * needs the other threads held still. */
+static void record_hold(int pid, const char *step)
 {
 	char path[4096], line[256];
 	_Bool others_stopped = 1;
@@ -280,7 +284,7 @@ static void record_hold(int pid)
 	if (tasks)
 		closedir(tasks);
 	fake_state_path(state_pid(pid), path, sizeof(path));
-	strcat(path, ".held");
+	strcat(path, strcmp(step, "restore") == 0 ? ".held" : ".checkpoint-held");
 	f = fopen(path, "w");
 	if (f) {
 		fprintf(f, "tracer=%d others=%s\n", tracer, others_stopped ? "stopped" : "running");
@@ -290,7 +294,7 @@ static void record_hold(int pid)
 
 EXPORT CUresult cuCheckpointProcessRestore(int pid, CUcheckpointRestoreArgs *args)
 {
-	record_hold(pid);
+	record_hold(pid, "restore");
 	if (args && args->gpuPairsCount) {
 		/* Like driver 580: the pairs must pair the one GPU with one GPU. */
 		if (args->gpuPairsCount != 1)

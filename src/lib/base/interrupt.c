@@ -1,7 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 #include "interrupt.h"
 
+#include <errno.h>
 #include <signal.h>
+
+#include "fault.h"
 
 static volatile sig_atomic_t interrupted;
 
@@ -23,4 +26,14 @@ void stasis_install_interrupt_handlers(void)
 bool stasis_interrupted(void)
 {
 	return interrupted;
+}
+
+int stasis_check_interrupted(const char *fault, const char *step, struct stasis_error **err)
+{
+	if (fault_at(fault, 0))
+		raise(SIGTERM);
+	if (!stasis_interrupted())
+		return 0;
+	return stasis_error_set(err, EINTR, STASIS_DOMAIN_SYSTEM, EINTR,
+				"interrupted by a signal before %s", step);
 }

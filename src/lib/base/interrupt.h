@@ -7,7 +7,13 @@
 
 #include <stdbool.h>
 
+#include "error.h"
+
 void stasis_install_interrupt_handlers(void);
 bool stasis_interrupted(void);
+
+/* EINTR naming step when SIGINT or SIGTERM arrived; fault names the test
+ * switch (STASIS_FAULT) that simulates one here. */
+int stasis_check_interrupted(const char *fault, const char *step, struct stasis_error **err);
 
 #endif

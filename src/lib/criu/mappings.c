@@ -402,21 +402,19 @@ static int refuse_opencl(const struct manifest_process *p, struct stasis_error *
 				      "HWLOC_COMPONENTS=-opencl");
 }
 
-/* The driver checkpoints a process while its threads run (stasis's CRIU
- * seizes them after), and JAX's crash while its GPU state is checkpointed
- * comes in that window too: measured on two H200s with one visible (driver
- * 580), JAX's default preallocation (105.5 GiB) died of SIGSEGV 52 s into
- * the GPU checkpoint, the job lost; smaller JAX jobs had passed. CRIU's
- * cuda plugin checkpoints with every thread but the driver's stopped. */
+/* 'stasis gpu suspend' checkpoints a process's GPU state while its
+ * threads run (no CRIU freezes them), and JAX crashes in that window:
+ * measured on two H200s with one visible (driver 580), JAX's default
+ * preallocation (105.5 GiB) died of SIGSEGV 52 s into such a GPU
+ * checkpoint, the job lost. A checkpoint does it inside CRIU's freeze. */
 static int refuse_jax(pid_t pid, const char *comm, struct stasis_error **err)
 {
 	stasis_error_set(err, ENOTSUP, STASIS_DOMAIN_CUDA, 0,
 			 "PID %d (%s) runs JAX, which can crash while the driver checkpoints "
-			 "its GPU state: its threads run on meanwhile, and a JAX job died so",
+			 "its GPU state with its threads running, as 'gpu suspend' does",
 			 (int)pid, comm);
-	return stasis_error_hint(err, "nothing was changed; stasis does not yet stop a "
-				      "process's threads for the GPU checkpoint "
-				      "(docs/FRAMEWORKS.md)");
+	return stasis_error_hint(err, "nothing was changed; 'stasis checkpoint "
+				      "--leave-running' saves it with its threads stopped");
 }
 
 static int refuse_relinked(const struct manifest_process *p, const char *path, const char *why,
@@ -487,13 +485,6 @@ static int refuse_cuda_ipc(const char *who, const char *path, struct stasis_erro
 				      "memory, or checkpoint before the GPU memory is shared");
 }
 
-bool mappings_runs_jax(pid_t pid)
-{
-	struct maps_scan scan;
-
-	return scan_maps(pid, &scan) == 0 && scan.jax;
-}
-
 int mappings_refuse_running_checkpointed(pid_t pid, const char *comm, struct stasis_error **err)
 {
 	struct maps_scan scan;
@@ -539,8 +530,6 @@ int mappings_check(const struct manifest *m, bool shm_remap_ok, bool *link_remap
 			return refuse_memfd_exe(p, scan.memfd_exe, err);
 		if (p->cuda && scan.opencl)
 			return refuse_opencl(p, err);
-		if (p->cuda && scan.jax)
-			return refuse_jax(p->pid, p->comm, err);
 		if (scan.cuda_ipc[0]) {
 			char who[256];
 

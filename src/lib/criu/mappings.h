@@ -33,9 +33,6 @@
 int mappings_check(const struct manifest *m, bool shm_remap_ok, bool *link_remap,
 		   struct stasis_error **err);
 
-/* Whether pid maps a library of JAX_RUNTIME_DIRS (refused by every
- * checkpoint). */
-bool mappings_runs_jax(pid_t pid);
 
 /* Refuse a process that is to run on while its GPU state is checkpointed
  * (gpu suspend) when it runs JAX. Measured with JAX's CUDA plugin and

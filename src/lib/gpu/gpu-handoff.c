@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "devfiles.h"
+#include "interrupt.h"
 #include "proc.h"
 #include "util.h"
 
@@ -98,24 +100,140 @@ static int restore_threads(struct gpu_handoff *h, const struct plugin_request *r
 	return r;
 }
 
+/* ---- the GPU checkpoint, inside CRIU's freeze ---- */
+
+static int refuse_out_of_order(enum plugin_step step, struct stasis_error **err)
+{
+	return stasis_error_set(err, EPROTO, STASIS_DOMAIN_CRIU, 0,
+				"stasis's CRIU plugin asked for the GPU %s out of order",
+				plugin_step_name(step));
+}
+
+/* Before CRIU seizes the tree: the lock, with its tries for NCCL ranks. */
+static int dump_lock(struct gpu_handoff *h, struct stasis_error **err)
+{
+	int r;
+
+	if (!h->dump || h->locked)
+		return refuse_out_of_order(PLUGIN_STEP_PAUSE, err);
+	r = gpu_lock_all(h->dump, err);
+	h->locked = r == 0;
+	if (r == 0)
+		r = stasis_check_interrupted("sigterm-before-gpu-checkpoint", "the GPU checkpoint",
+					     err);
+	return r;
+}
+
+static int dump_threads(struct gpu_handoff *h, pid_t **tids, size_t *n,
+			struct stasis_error **err)
+{
+	int r = 0;
+
+	if (!h->dump || !h->locked || h->checkpointed)
+		return refuse_out_of_order(PLUGIN_STEP_CHECKPOINT, err);
+	for (size_t i = 0; r == 0 && i < h->dump->n; i++)
+		r = add_tid(h->dump->procs[i].pid, tids, n, err);
+	return r;
+}
+
+/* The tree frozen but for the restore threads: the checkpoint, then what
+ * the driver left behind must be something CRIU can save. */
+static int dump_checkpoint(struct gpu_handoff *h, struct stasis_error **err)
+{
+	int r = gpu_checkpoint_all(h->dump, err);
+
+	if (r == 0)
+		r = nvidia_refs_check(h->m, true, err);
+	gpu_record(h->dump, h->m);
+	h->checkpointed = r == 0;
+	if (r == 0)
+		r = stasis_check_interrupted("sigterm-before-dump", "the dump", err);
+	return r;
+}
+
 /* ---- the channel's two questions ---- */
 
 static int threads(void *ctx, const struct plugin_request *req, pid_t **tids, size_t *n,
 		   struct stasis_error **err)
 {
-	return restore_threads(ctx, req, tids, n, err);
+	struct gpu_handoff *h = ctx;
+
+	switch (req->step) {
+	case PLUGIN_STEP_PAUSE:
+		return dump_lock(h, err);
+	case PLUGIN_STEP_CHECKPOINT:
+		return dump_threads(h, tids, n, err);
+	case PLUGIN_STEP_RESTORE:
+		break;
+	}
+	if (h->dump)
+		return refuse_out_of_order(req->step, err);
+	return restore_threads(h, req, tids, n, err);
 }
 
 static int resume(void *ctx, const struct plugin_request *req, struct stasis_error **err)
 {
 	struct gpu_handoff *h = ctx;
 
-	(void)req;
+	if (req->step == PLUGIN_STEP_CHECKPOINT)
+		return dump_checkpoint(h, err);
 	/* No rollback: the plugin kills the tree on failure. */
 	return gpu_restore_unlock(&h->restored, h->m, err);
 }
 
 static const struct plugin_channel_ops handoff_ops = {.threads = threads, .resume = resume};
+
+void gpu_handoff_reserve_environment(void)
+{
+	setenv("STASIS_NVIDIA_DEV_MAP", "", 1);
+	setenv("STASIS_PLUGIN_SOCKET", "", 1);
+}
+
+int gpu_handoff_dump_begin(struct gpu_handoff *h, struct gpu_batch *batch, struct manifest *m,
+			   struct stasis_error **err)
+{
+	char socket[108]; /* sun_path */
+	int r;
+
+	memset(h, 0, sizeof(*h));
+	h->m = m;
+	h->dump = batch;
+	if (!batch->n)
+		return 0;
+	r = plugin_channel_open(&handoff_ops, h, &h->channel, err);
+	if (r == 0) {
+		plugin_channel_path(socket, sizeof(socket));
+		setenv("STASIS_PLUGIN_SOCKET", socket, 1);
+	}
+	return r;
+}
+
+int gpu_handoff_dump_end(struct gpu_handoff *h, int dumped, struct stasis_error **err)
+{
+	struct stasis_error *e = NULL;
+	int r;
+
+	if (!h->channel)
+		return dumped;
+	setenv("STASIS_PLUGIN_SOCKET", "", 1);
+	r = plugin_channel_close(h->channel, &e);
+	h->channel = NULL;
+	/* The GPU step's own failure is the cause of CRIU's. */
+	if (r < 0) {
+		stasis_error_free(*err);
+		*err = e;
+		return r;
+	}
+	if (dumped < 0 || h->checkpointed)
+		return dumped;
+	/* A CRIU without stasis's plugin would save a process whose GPU
+	 * state was never copied: an image that cannot restore. */
+	stasis_error_set(err, ENOTSUP, STASIS_DOMAIN_CRIU, 0,
+			 "CRIU's dump ended without the GPU checkpoint: stasis's CRIU plugin did "
+			 "not run in it");
+	return stasis_error_hint(err, "the image is not kept; install stasis whole (its CRIU "
+				      "and lib/stasis/criu), or run 'stasis check'");
+}
 
 int gpu_handoff_restore_begin(struct gpu_handoff *h, struct manifest *m,
 			      const struct gpu_plan *plan, bool by_ns_pid,

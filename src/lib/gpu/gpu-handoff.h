@@ -1,10 +1,12 @@
 /* SPDX-License-Identifier: MIT */
-/* The GPU restore and unlock, where they belong: after CRIU's restore but
- * before it lets the tree run. stasis's CRIU plugin asks for them through
- * the plugin channel with every thread of the tree stopped but the CUDA
- * restore threads; they run for every process at once, as the GPU steps
- * always do. The same serves a tree and a container (runc runs the same
- * CRIU with the same plugin). */
+/* The GPU steps where they belong, inside CRIU: at a dump, the lock before
+ * CRIU seizes the tree and the checkpoint once it is frozen; at a restore,
+ * the restore and unlock after CRIU's restore but before it lets the tree
+ * run. stasis's CRIU plugin asks for them through the plugin channel with
+ * every thread of the tree stopped but the CUDA restore threads; they run
+ * for every process at once, as the GPU steps always do. The same serves a
+ * tree, a migration and a container (runc runs the same CRIU with the same
+ * plugin). One handoff serves one operation. */
 #ifndef STASIS_GPU_HANDOFF_H
 #define STASIS_GPU_HANDOFF_H
 
@@ -22,6 +24,10 @@ struct gpu_handoff {
 	const struct gpu_plan *plan;
 	bool by_ns_pid; /* a container: matched by their PIDs inside it */
 	struct gpu_batch restored;
+	/* A dump: the tree's CUDA processes, found by the preflight, and
+	 * the steps CRIU has had done. */
+	struct gpu_batch *dump;
+	bool locked, checkpointed;
 };
 
 /* m's CUDA processes, by their PIDs in m, into batch as the driver left
@@ -38,7 +44,23 @@ int gpu_handoff_restore_begin(struct gpu_handoff *h, struct manifest *m,
 			      const struct gpu_plan *plan, bool by_ns_pid,
 			      struct stasis_error **err);
 
-/* Stop serving: 1 when the GPU work ran inside CRIU, 0 when CRIU never
+/* Puts the plugin's variables in the environment, empty, while stasis has
+ * one thread: later only their values change (setenv then replaces a
+ * value and never grows the environment under a thread reading it). */
+void gpu_handoff_reserve_environment(void);
+
+/* Serve the GPU lock and checkpoint of batch's processes (before CRIU or
+ * runc starts dumping; nothing to serve when batch is empty). The caller
+ * rolls back after a failed dump, as ever (gpu_rollback). */
+int gpu_handoff_dump_begin(struct gpu_handoff *h, struct gpu_batch *batch, struct manifest *m,
+			   struct stasis_error **err);
+
+/* Stop serving a dump whose result was dumped: the result, the GPU step's
+ * failure in place of CRIU's where one failed, or a refusal where CRIU
+ * dumped without asking for the GPU checkpoint. */
+int gpu_handoff_dump_end(struct gpu_handoff *h, int dumped, struct stasis_error **err);
+
+/* Stop serving a restore: 1 when the GPU work ran inside CRIU, 0 when CRIU never
  * asked for it, or the -status of its failure with *err set. */
 int gpu_handoff_end(struct gpu_handoff *h, struct stasis_error **err);
 

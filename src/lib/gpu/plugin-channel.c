@@ -27,15 +27,31 @@ struct plugin_channel {
 	int result;
 };
 
+/* "pause ROOT", "checkpoint ROOT" (a dump) or "resume restore PID..."
+ * (a restore), the PIDs into *pids. */
 static int parse_request(char *msg, struct plugin_request *req, pid_t **pids)
 {
-	size_t n = 0, cap = 0;
+	static const struct {
+		const char *word;
+		enum plugin_step step;
+	} steps[] = {{"resume restore", PLUGIN_STEP_RESTORE},
+		     {"pause", PLUGIN_STEP_PAUSE},
+		     {"checkpoint", PLUGIN_STEP_CHECKPOINT}};
+	size_t n = 0, cap = 0, skip = 0;
 	char *save = NULL, *word;
 
 	memset(req, 0, sizeof(*req));
-	if (strncmp(msg, "resume restore", 14) != 0)
+	for (size_t i = 0; i < sizeof(steps) / sizeof(steps[0]) && !skip; i++) {
+		size_t len = strlen(steps[i].word);
+
+		if (strncmp(msg, steps[i].word, len) == 0 && (msg[len] == ' ' || !msg[len])) {
+			req->step = steps[i].step;
+			skip = len;
+		}
+	}
+	if (!skip)
 		return -EPROTO;
-	for (word = strtok_r(msg + 14, " ", &save); word; word = strtok_r(NULL, " ", &save)) {
+	for (word = strtok_r(msg + skip, " ", &save); word; word = strtok_r(NULL, " ", &save)) {
 		pid_t *bigger = grow_array(*pids, n, &cap, sizeof(*bigger), 64);
 
 		if (!bigger)
@@ -46,6 +62,19 @@ static int parse_request(char *msg, struct plugin_request *req, pid_t **pids)
 	req->pids = *pids;
 	req->npids = n;
 	return 0;
+}
+
+const char *plugin_step_name(enum plugin_step step)
+{
+	switch (step) {
+	case PLUGIN_STEP_PAUSE:
+		return "lock";
+	case PLUGIN_STEP_CHECKPOINT:
+		return "checkpoint";
+	case PLUGIN_STEP_RESTORE:
+		break;
+	}
+	return "restore";
 }
 
 static void keep_error(struct plugin_channel *ch, int r, struct stasis_error *e)
@@ -103,11 +132,12 @@ static void serve(struct plugin_channel *ch, int fd)
 		return;
 	}
 	wake = wake_message(tids, ntids);
+	/* No thread to wake: nothing more to do (the lock is done). */
 	if (!wake || wire_say(fd, wake) < 0 || ntids == 0)
 		return;
 	if (wire_hear(fd, buf, WIRE_MAX_MESSAGE) < 0)
 		r = stasis_error_set(&e, EPIPE, STASIS_DOMAIN_CRIU, 0,
-				     "CRIU went away before the GPU restore");
+				     "CRIU went away before the GPU %s", plugin_step_name(req.step));
 	else if (strncmp(buf, "go", 2) != 0)
 		r = stasis_error_set(&e, EIO, STASIS_DOMAIN_CRIU, 0,
 				     "CRIU could not wake the CUDA restore threads (%s)", buf);

@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /* The socket through which stasis's CRIU plugin, running inside CRIU while
  * CRIU holds the tree, asks stasis to do the GPU work (criu-plugin/
- * gpu-resume.c has the other end and the messages). It is served by a
- * thread of its own for as long as CRIU runs; its path reaches the plugin
- * in $STASIS_PLUGIN_SOCKET, through runc as well, set by the restore. */
+ * plugin-talk.c has the other end and the messages): the lock before CRIU
+ * freezes a tree and the checkpoint once it is frozen, at a dump; the
+ * restore before CRIU lets a restored tree run. It is served by a thread of
+ * its own for as long as CRIU runs; its path reaches the plugin in
+ * $STASIS_PLUGIN_SOCKET, through runc as well. */
 #ifndef STASIS_PLUGIN_CHANNEL_H
 #define STASIS_PLUGIN_CHANNEL_H
 
@@ -12,13 +14,24 @@
 
 #include "error.h"
 
+enum plugin_step {
+	PLUGIN_STEP_PAUSE,	/* lock, before CRIU seizes the tree: "pause ROOT" */
+	PLUGIN_STEP_CHECKPOINT, /* once it is frozen: "checkpoint ROOT" */
+	PLUGIN_STEP_RESTORE,	/* "resume restore PID...", the restored tree */
+};
+
 struct plugin_request {
-	const pid_t *pids; /* the restored tree, root first */
+	enum plugin_step step;
+	const pid_t *pids; /* the root, or the restored tree, root first */
 	size_t npids;
 };
 
+/* "lock", "checkpoint", "restore": for messages. */
+const char *plugin_step_name(enum plugin_step step);
+
 struct plugin_channel_ops {
-	/* The restore threads to wake; none when there is nothing to do. */
+	/* The restore threads to wake; none when there is nothing more to
+	 * do (the lock is done here). */
 	int (*threads)(void *ctx, const struct plugin_request *req, pid_t **tids, size_t *ntids,
 		       struct stasis_error **err);
 	/* The GPU work, with those threads awake. */

@@ -34,6 +34,8 @@
 #include "sender.h"
 #include "stasis.h"
 #include "steps.h"
+#include "gpu-handoff.h"
+#include "interrupt.h"
 #include "stream.h"
 #include "target.h"
 #include "util.h"
@@ -221,7 +223,7 @@ static int on_held(void *ctx)
 	pages_done();
 	r = stream_failed(mig.err);
 	if (r == 0)
-		r = checkpoint_check_interrupted("sigterm-before-manifest", "sending the manifest",
+		r = stasis_check_interrupted("sigterm-before-manifest", "sending the manifest",
 						 mig.err);
 	/* The processes are those CRIU saved, which the destination checks. */
 	if (r == 0)
@@ -236,7 +238,7 @@ static int on_held(void *ctx)
 		r = await_restored(mig.err);
 	manifest_add_phase(mig.m, "remote_restore", now_usec() - start);
 	if (r == 0)
-		r = checkpoint_check_interrupted("sigterm-before-commit", "the handoff", mig.err);
+		r = stasis_check_interrupted("sigterm-before-commit", "the handoff", mig.err);
 	/* Committed only once COMMIT is on its way: without it the
 	 * destination kills its copy. */
 	if (r == 0 && (r = tls_send(mig.ch, WIRE_COMMIT, 0, NULL, 0)) < 0)
@@ -284,10 +286,11 @@ static void drop_stage(void)
 	mig.stage[0] = '\0';
 }
 
-static int dump_to_wire(struct stasis_error **err)
+static int dump_to_wire(void *ctx, struct stasis_error **err)
 {
 	int r;
 
+	(void)ctx;
 	mig.result = 0;
 	r = mig.t->ops->dump_held(mig.t, mig.m, on_held, NULL, err);
 	/* CRIU reports the refused notification; the cause is ours. */
@@ -403,17 +406,12 @@ static int migrate_frozen(const struct stasis_migrate_options *o, struct gpu_bat
 
 	mig.frozen_start = now_usec();
 	r = make_stage(mig.m->nprocs, err);
-	if (r == 0)
-		r = checkpoint_suspend_gpus(batch, mig.m, err);
-	if (r == 0)
-		r = checkpoint_check_interrupted("sigterm-before-dump", "the CRIU dump", err);
 	if (r < 0) {
-		gpu_rollback(batch, err);
 		if (!mig.pipes) /* nothing was frozen */
 			return r;
 		return confirm_running(err);
 	}
-	r = dump_to_wire(err);
+	r = checkpoint_dump_gpus_inside(batch, mig.m, dump_to_wire, NULL, err);
 	r = checkpoint_dump_end(batch, mig.m, false, r, err);
 	if (r < 0 && !mig.committed)
 		return confirm_running(err);
@@ -502,6 +500,7 @@ int stasis_migrate(const struct stasis_migrate_options *o, struct manifest *m,
 	mig.m = m;
 	mig.st = st;
 	mig.err = err;
+	gpu_handoff_reserve_environment();
 	signal(SIGPIPE, SIG_IGN);
 	restart_after_signals();
 	r = stasis_require_root(err);

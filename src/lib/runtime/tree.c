@@ -95,7 +95,7 @@ static int on_dump_notify(const char *action)
 	progress_end();
 	if (!post_dump.dir && !post_dump.packer)
 		return 0;
-	post_dump.result = checkpoint_check_interrupted("sigterm-before-manifest",
+	post_dump.result = stasis_check_interrupted("sigterm-before-manifest",
 							"writing the manifest", post_dump.err);
 	if (post_dump.result == 0)
 		post_dump.result =

@@ -1,0 +1,105 @@
+/* SPDX-License-Identifier: MIT */
+/* The GPU checkpoint inside CRIU's freeze, as the driver wants it and as
+ * CRIU's cuda plugin does it: stasis locks every CUDA process of the tree
+ * at the first PAUSE_DEVICES, which CRIU runs with the root's PID before it
+ * seizes the tree (then for each child before it seizes that); at the first CHECKPOINT_DEVICES, once the whole tree is
+ * frozen, stasis checkpoints all of them at once while only their CUDA
+ * restore threads run (woken here, stopped again after). No other thread
+ * of the job runs while the driver moves its GPU state into host memory:
+ * a job whose threads touch that memory meanwhile (JAX's do) crashed when
+ * they ran on. A failure fails CRIU's dump; stasis then brings the GPU
+ * state back once CRIU has let the tree go. Without $STASIS_PLUGIN_SOCKET
+ * (a CRIU run that is not stasis's) the hooks pass. */
+#include <errno.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "plugin-wire.h"
+#include "plugin.h"
+
+/* CRIU's switch to seize a tree in a frozen cgroup with PTRACE_INTERRUPT
+ * alone (seize.c): a thread of a frozen cgroup cannot be woken for the
+ * driver; CRIU's cuda plugin sets it too. */
+extern void set_compel_interrupt_only_mode(void) __attribute__((weak));
+
+/* One dump per CRIU process: what the hooks have done of it. */
+static struct {
+	bool asked;	   /* stasis asked for the GPU steps */
+	bool paused;	   /* the lock request ran */
+	bool checkpointed; /* the checkpoint request ran */
+} dump;
+
+void gpu_dump_init(void)
+{
+	const char *socket = getenv("STASIS_PLUGIN_SOCKET");
+
+	dump.asked = socket && *socket;
+	dump.paused = dump.checkpointed = false;
+	if (dump.asked && set_compel_interrupt_only_mode)
+		set_compel_interrupt_only_mode();
+}
+
+/* One step through the channel: 0, or -1 with the cause in CRIU's log. */
+static int ask_stasis(const char *step, pid_t root)
+{
+	char request[64], *answer = malloc(WIRE_MAX_MESSAGE);
+	int fd = plugin_connect_stasis(), r;
+
+	if (fd < 0 || !answer) {
+		plugin_log(PLUGIN_LOG_ERROR, "cannot reach stasis for the GPU %s: %s", step,
+			   strerror(fd < 0 ? -fd : ENOMEM));
+		if (fd >= 0)
+			close(fd);
+		free(answer);
+		return -1;
+	}
+	snprintf(request, sizeof(request), "%s %d", step, (int)root);
+	plugin_log(PLUGIN_LOG_INFO, "GPU %s of the tree of PID %d", step, (int)root);
+	r = plugin_exchange(fd, request, answer, WIRE_MAX_MESSAGE);
+	close(fd);
+	if (r == 1)
+		plugin_log(PLUGIN_LOG_ERROR, "GPU %s failed: %s", step,
+			   strncmp(answer, "fail ", 5) == 0 ? answer + 5 : answer);
+	else if (r < 0)
+		plugin_log(PLUGIN_LOG_ERROR, "GPU %s failed: %s", step, strerror(-r));
+	else
+		plugin_log(PLUGIN_LOG_INFO, "GPU %s done", step);
+	free(answer);
+	return r == 0 ? 0 : -1;
+}
+
+int gpu_pause_devices(int pid)
+{
+	unsigned int left;
+	int r;
+
+	if (!dump.asked)
+		return -ENOTSUP;
+	/* CRIU calls it for the root, then for each child before it seizes
+	 * it: stasis locks every CUDA process of the tree at the first. */
+	if (dump.paused)
+		return 0;
+	dump.paused = true;
+	/* CRIU's freeze timeout is armed already; the lock has a deadline of
+	 * its own (stasis's --timeout, with its tries for NCCL ranks), so
+	 * the freeze's clock stops while it runs. */
+	left = alarm(0);
+	r = ask_stasis("pause", pid);
+	if (left)
+		alarm(left);
+	return r;
+}
+
+int gpu_checkpoint_devices(int pid)
+{
+	if (!dump.asked)
+		return -ENOTSUP;
+	/* The first call comes with the whole tree frozen: all at once. */
+	if (dump.checkpointed)
+		return 0;
+	dump.checkpointed = true;
+	return ask_stasis("checkpoint", pid);
+}
