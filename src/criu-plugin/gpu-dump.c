@@ -7,9 +7,12 @@
  * restore threads run (woken here, stopped again after). No other thread
  * of the job runs while the driver moves its GPU state into host memory:
  * a job whose threads touch that memory meanwhile (JAX's do) crashed when
- * they ran on. A failure fails CRIU's dump; stasis then brings the GPU
- * state back once CRIU has let the tree go. Without $STASIS_PLUGIN_SOCKET
- * (a CRIU run that is not stasis's) the hooks pass. */
+ * they ran on. At the plugin's fini, before CRIU lets the tree run again
+ * (after a failure, or with --leave-running), stasis brings the GPU state
+ * back the same way, restore threads alone awake: a JAX job whose GPU
+ * state came back after CRIU had let its threads run died of SIGSEGV.
+ * Without $STASIS_PLUGIN_SOCKET (a CRIU run that is not stasis's) the
+ * hooks pass. */
 #include <errno.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -56,8 +59,14 @@ static int ask_stasis(const char *step, pid_t root)
 		free(answer);
 		return -1;
 	}
-	snprintf(request, sizeof(request), "%s %d", step, (int)root);
-	plugin_log(PLUGIN_LOG_INFO, "GPU %s of the tree of PID %d", step, (int)root);
+	if (root)
+		snprintf(request, sizeof(request), "%s %d", step, (int)root);
+	else
+		snprintf(request, sizeof(request), "%s", step);
+	if (root)
+		plugin_log(PLUGIN_LOG_INFO, "GPU %s of the tree of PID %d", step, (int)root);
+	else
+		plugin_log(PLUGIN_LOG_INFO, "GPU %s", step);
 	r = plugin_exchange(fd, request, answer, WIRE_MAX_MESSAGE);
 	close(fd);
 	if (r == 1)
@@ -102,4 +111,16 @@ int gpu_checkpoint_devices(int pid)
 		return 0;
 	dump.checkpointed = true;
 	return ask_stasis("checkpoint", pid);
+}
+
+void gpu_dump_fini(int ret)
+{
+	char step[32];
+
+	if (!dump.asked || !dump.paused)
+		return;
+	/* stasis knows whether the tree runs on (a failure, --leave-running)
+	 * and so needs its GPU state back now; it says which threads. */
+	snprintf(step, sizeof(step), "finish %d", ret);
+	ask_stasis(step, 0);
 }

@@ -38,8 +38,8 @@ static int plugin_init(int stage)
 
 static void plugin_fini(int stage, int ret)
 {
-	(void)stage;
-	(void)ret;
+	if (stage == CR_PLUGIN_STAGE__DUMP)
+		gpu_dump_fini(ret);
 }
 
 CR_PLUGIN_REGISTER("stasis_nvidia", plugin_init, plugin_fini)

@@ -33,8 +33,10 @@ int nvidia_update_vma_map(const char *path, uint64_t addr, uint64_t old_pgoff, u
 int gpu_resume_devices_late(int pid);
 
 /* gpu-dump.c: the lock before CRIU freezes the tree, the checkpoint once
- * it is frozen, with only the restore threads running. */
+ * it is frozen, with only the restore threads running, and the GPU state
+ * back before CRIU lets a tree that runs on go. */
 void gpu_dump_init(void);
+void gpu_dump_fini(int ret);
 int gpu_pause_devices(int pid);
 int gpu_checkpoint_devices(int pid);
 

@@ -231,15 +231,25 @@ int checkpoint_preflight(struct manifest *m, struct gpu_batch *batch, const char
 /* The target's dump with the GPU steps inside it: stasis's CRIU plugin has
  * every CUDA process locked before CRIU seizes the tree and checkpointed
  * once it is frozen (gpu-handoff.h). */
-int checkpoint_dump_gpus_inside(struct gpu_batch *batch, struct manifest *m,
+int checkpoint_dump_gpus_inside(struct gpu_batch *batch, struct manifest *m, bool leave_running,
 				int (*dump)(void *ctx, struct stasis_error **err), void *ctx,
 				struct stasis_error **err)
 {
 	struct gpu_handoff h;
-	int r = gpu_handoff_dump_begin(&h, batch, m, err);
+	int r = 0;
 
+	/* Without CUDA processes no GPU step stands between the preflight
+	 * and the dump: a signal before it stops the dump here. */
+	if (!batch->n)
+		r = stasis_check_interrupted("sigterm-before-gpu-checkpoint", "the GPU checkpoint",
+					     err);
+	if (r == 0 && !batch->n)
+		r = stasis_check_interrupted("sigterm-before-dump", "the dump", err);
 	if (r == 0)
-		r = dump(ctx, err);
+		r = gpu_handoff_dump_begin(&h, batch, m, leave_running, err);
+	if (r < 0)
+		return r;
+	r = dump(ctx, err);
 	return gpu_handoff_dump_end(&h, r, err);
 }
 
@@ -252,7 +262,8 @@ int checkpoint_dump_end(struct gpu_batch *batch, struct manifest *m, bool leave_
 		gpu_rollback(batch, err);
 		return r;
 	}
-	if (!leave_running)
+	/* Resumed inside CRIU already, where stasis's plugin ran. */
+	if (!leave_running || gpu_batch_running(batch))
 		return 0;
 	/* gpu_resume rolls back by itself on failure. */
 	r = gpu_resume(batch, err);
@@ -347,8 +358,8 @@ static int checkpoint_dump(struct target *t, struct manifest *m, struct gpu_batc
 		return r;
 	}
 	seal.follower = follower;
-	r = checkpoint_dump_gpus_inside(batch, m, held ? target_dump_held : target_dump, &dump,
-					err);
+	r = checkpoint_dump_gpus_inside(batch, m, leave_running,
+					held ? target_dump_held : target_dump, &dump, err);
 	r = checkpoint_dump_end(batch, m, leave_running, r, err);
 	if (r == 0 && leave_running)
 		manifest_add_phase(m, "pause", now_usec() - pause_start);

@@ -30,9 +30,11 @@ int checkpoint_preflight(struct manifest *m, struct gpu_batch *batch, const char
 /* dump(ctx) (a target's CRIU or runc dump) with the GPU steps of batch
  * inside it: every CUDA process locked before CRIU seizes the tree and
  * checkpointed, in parallel, once it is frozen, then checked for what CRIU
- * cannot save. Returns dump's result, or the GPU step's failure in its
- * place. The caller rolls back after a failure (checkpoint_dump_end). */
-int checkpoint_dump_gpus_inside(struct gpu_batch *batch, struct manifest *m,
+ * cannot save; after a failure or with leave_running, restored and
+ * unlocked before CRIU lets the tree go. Returns dump's result, or the GPU
+ * step's failure in its place. The caller then rolls back what is not
+ * running yet (checkpoint_dump_end). */
+int checkpoint_dump_gpus_inside(struct gpu_batch *batch, struct manifest *m, bool leave_running,
 				int (*dump)(void *ctx, struct stasis_error **err), void *ctx,
 				struct stasis_error **err);
 

@@ -151,6 +151,44 @@ static int dump_checkpoint(struct gpu_handoff *h, struct stasis_error **err)
 	return r;
 }
 
+/* Before CRIU lets the tree go: a tree that runs on (CRIU failed, or
+ * --leave-running) gets its GPU state back while its threads are still
+ * stopped. Which threads: those of every process stasis touched. */
+static int dump_finish_threads(struct gpu_handoff *h, const struct plugin_request *req,
+			       pid_t **tids, size_t *n, struct stasis_error **err)
+{
+	int r = 0;
+
+	if (!h->dump)
+		return refuse_out_of_order(PLUGIN_STEP_FINISH, err);
+	h->dump_failed = req->npids && req->pids[0] != 0;
+	if (!h->dump_failed && !h->leave_running)
+		return 0; /* the tree ends: its GPU state stays in the image */
+	for (size_t i = 0; r == 0 && i < h->dump->n; i++)
+		if (h->dump->procs[i].touched)
+			r = add_tid(h->dump->procs[i].pid, tids, n, err);
+	return r;
+}
+
+/* The failure's rollback, or --leave-running's restore and unlock, which
+ * rolls back by itself where it fails. */
+static int dump_finish(struct gpu_handoff *h, struct stasis_error **err)
+{
+	struct stasis_error *ignored = NULL;
+	int r;
+
+	if (h->dump_failed) {
+		/* Whatever this leaves, the caller's rollback after CRIU
+		 * tries again and names; CRIU's failure stays the cause. */
+		gpu_rollback(h->dump, &ignored);
+		stasis_error_free(ignored);
+		return 0;
+	}
+	r = gpu_resume(h->dump, err);
+	gpu_record(h->dump, h->m);
+	return r;
+}
+
 /* ---- the channel's two questions ---- */
 
 static int threads(void *ctx, const struct plugin_request *req, pid_t **tids, size_t *n,
@@ -163,6 +201,8 @@ static int threads(void *ctx, const struct plugin_request *req, pid_t **tids, si
 		return dump_lock(h, err);
 	case PLUGIN_STEP_CHECKPOINT:
 		return dump_threads(h, tids, n, err);
+	case PLUGIN_STEP_FINISH:
+		return dump_finish_threads(h, req, tids, n, err);
 	case PLUGIN_STEP_RESTORE:
 		break;
 	}
@@ -177,6 +217,8 @@ static int resume(void *ctx, const struct plugin_request *req, struct stasis_err
 
 	if (req->step == PLUGIN_STEP_CHECKPOINT)
 		return dump_checkpoint(h, err);
+	if (req->step == PLUGIN_STEP_FINISH)
+		return dump_finish(h, err);
 	/* No rollback: the plugin kills the tree on failure. */
 	return gpu_restore_unlock(&h->restored, h->m, err);
 }
@@ -190,7 +232,7 @@ void gpu_handoff_reserve_environment(void)
 }
 
 int gpu_handoff_dump_begin(struct gpu_handoff *h, struct gpu_batch *batch, struct manifest *m,
-			   struct stasis_error **err)
+			   bool leave_running, struct stasis_error **err)
 {
 	char socket[108]; /* sun_path */
 	int r;
@@ -198,6 +240,7 @@ int gpu_handoff_dump_begin(struct gpu_handoff *h, struct gpu_batch *batch, struc
 	memset(h, 0, sizeof(*h));
 	h->m = m;
 	h->dump = batch;
+	h->leave_running = leave_running;
 	if (!batch->n)
 		return 0;
 	r = plugin_channel_open(&handoff_ops, h, &h->channel, err);

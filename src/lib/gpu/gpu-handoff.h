@@ -27,7 +27,9 @@ struct gpu_handoff {
 	/* A dump: the tree's CUDA processes, found by the preflight, and
 	 * the steps CRIU has had done. */
 	struct gpu_batch *dump;
+	bool leave_running;
 	bool locked, checkpointed;
+	bool dump_failed; /* CRIU said so at its end */
 };
 
 /* m's CUDA processes, by their PIDs in m, into batch as the driver left
@@ -50,10 +52,12 @@ int gpu_handoff_restore_begin(struct gpu_handoff *h, struct manifest *m,
 void gpu_handoff_reserve_environment(void);
 
 /* Serve the GPU lock and checkpoint of batch's processes (before CRIU or
- * runc starts dumping; nothing to serve when batch is empty). The caller
- * rolls back after a failed dump, as ever (gpu_rollback). */
+ * runc starts dumping; nothing to serve when batch is empty), and, before
+ * CRIU lets the tree go after a failure or with leave_running, their GPU
+ * state back. The caller still rolls back whatever is not running after a
+ * failed dump (gpu_rollback: a CRIU that died never got to its end). */
 int gpu_handoff_dump_begin(struct gpu_handoff *h, struct gpu_batch *batch, struct manifest *m,
-			   struct stasis_error **err);
+			   bool leave_running, struct stasis_error **err);
 
 /* Stop serving a dump whose result was dumped: the result, the GPU step's
  * failure in place of CRIU's where one failed, or a refusal where CRIU

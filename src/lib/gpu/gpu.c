@@ -322,6 +322,14 @@ static int lock_tries(struct gpu_batch *batch, struct stasis_error **err)
 	}
 }
 
+bool gpu_batch_running(const struct gpu_batch *batch)
+{
+	for (size_t i = 0; i < batch->n; i++)
+		if (batch->procs[i].state != CUDA_PROCESS_RUNNING)
+			return false;
+	return true;
+}
+
 int gpu_lock_all(struct gpu_batch *batch, struct stasis_error **err)
 {
 	uint64_t start = now_usec();

@@ -66,6 +66,9 @@ int gpu_find_cuda(const pid_t *pids, size_t n, struct gpu_batch *batch, struct s
 int gpu_batch_add(struct gpu_batch *batch, pid_t pid);
 void gpu_batch_free(struct gpu_batch *batch);
 
+/* Whether every process of batch runs, as far as stasis knows. */
+bool gpu_batch_running(const struct gpu_batch *batch);
+
 /* Refuse before anything changes: every process must be RUNNING. */
 int gpu_preflight_running(const struct gpu_batch *batch, struct stasis_error **err);
 

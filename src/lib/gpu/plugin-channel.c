@@ -27,8 +27,8 @@ struct plugin_channel {
 	int result;
 };
 
-/* "pause ROOT", "checkpoint ROOT" (a dump) or "resume restore PID..."
- * (a restore), the PIDs into *pids. */
+/* "pause ROOT", "checkpoint ROOT", "finish RESULT" (a dump) or "resume
+ * restore PID..." (a restore), the numbers into *pids. */
 static int parse_request(char *msg, struct plugin_request *req, pid_t **pids)
 {
 	static const struct {
@@ -36,7 +36,8 @@ static int parse_request(char *msg, struct plugin_request *req, pid_t **pids)
 		enum plugin_step step;
 	} steps[] = {{"resume restore", PLUGIN_STEP_RESTORE},
 		     {"pause", PLUGIN_STEP_PAUSE},
-		     {"checkpoint", PLUGIN_STEP_CHECKPOINT}};
+		     {"checkpoint", PLUGIN_STEP_CHECKPOINT},
+		     {"finish", PLUGIN_STEP_FINISH}};
 	size_t n = 0, cap = 0, skip = 0;
 	char *save = NULL, *word;
 
@@ -71,6 +72,8 @@ const char *plugin_step_name(enum plugin_step step)
 		return "lock";
 	case PLUGIN_STEP_CHECKPOINT:
 		return "checkpoint";
+	case PLUGIN_STEP_FINISH:
+		return "resume";
 	case PLUGIN_STEP_RESTORE:
 		break;
 	}

@@ -17,12 +17,14 @@
 enum plugin_step {
 	PLUGIN_STEP_PAUSE,	/* lock, before CRIU seizes the tree: "pause ROOT" */
 	PLUGIN_STEP_CHECKPOINT, /* once it is frozen: "checkpoint ROOT" */
+	PLUGIN_STEP_FINISH,	/* before CRIU lets it go: "finish RESULT" */
 	PLUGIN_STEP_RESTORE,	/* "resume restore PID...", the restored tree */
 };
 
 struct plugin_request {
 	enum plugin_step step;
-	const pid_t *pids; /* the root, or the restored tree, root first */
+	/* the root, CRIU's result (finish), or the restored tree, root first */
+	const pid_t *pids;
 	size_t npids;
 };
 
