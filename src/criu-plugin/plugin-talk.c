@@ -88,6 +88,24 @@ static int wake(struct parked *t)
 
 /* Back into a ptrace-stop, as CRIU left it. A signal that arrives first
  * is delivered on the way. */
+/* Whether tid is gone or dying: a process killed while its restore thread
+ * ran (a job at its end) takes its other threads along, and its leader's
+ * death is not reported to the tracer until CRIU reaps them all. */
+static bool thread_ended(pid_t tid)
+{
+	char path[64], line[512], *paren;
+	FILE *f;
+	bool ended = true;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)tid);
+	f = fopen(path, "re");
+	if (f && fgets(line, sizeof(line), f) && (paren = strrchr(line, ')')))
+		ended = paren[2] == 'Z' || paren[2] == 'X';
+	if (f)
+		fclose(f);
+	return ended;
+}
+
 static int park(struct parked *t)
 {
 	int status;
@@ -97,8 +115,16 @@ static int park(struct parked *t)
 	if (ptrace(PTRACE_INTERRUPT, t->tid, NULL, 0) < 0)
 		return -errno;
 	for (;;) {
-		if (waitpid(t->tid, &status, __WALL) < 0)
+		pid_t got = waitpid(t->tid, &status, __WALL | WNOHANG);
+
+		if (got < 0)
 			return -errno;
+		if (got == 0) {
+			if (thread_ended(t->tid))
+				return -ESRCH;
+			usleep(500);
+			continue;
+		}
 		if (!WIFSTOPPED(status))
 			return -ESRCH;
 		if (status >> 16 == PTRACE_EVENT_STOP)
