@@ -15,8 +15,8 @@ CFLAGS   ?= -O2 -g
 CFLAGS   += -std=gnu11 -Wall -Wextra $(WERROR) -Wno-unused-parameter -Wno-format-truncation -pthread
 LIB_DIRS := src/lib $(patsubst %/,%,$(sort $(dir $(wildcard src/lib/*/*.h))))
 CPPFLAGS += -D_GNU_SOURCE $(addprefix -I,$(LIB_DIRS)) -I$(CRIU)/include -I$(CRIU)/include/criu -isystem $(CUDA_INC) \
-	    -isystem $(CRIU)/images
-LDLIBS   += $(CRIU)/lib/libcriu.a -lprotobuf-c -ljson-c -lxxhash -lzstd $(shell pkg-config --libs gnutls) -ldl -pthread
+	    -isystem $(CRIU)/images $(shell pkg-config --cflags fuse3 mount)
+LDLIBS   += $(CRIU)/lib/libcriu.a -lprotobuf-c -ljson-c -lxxhash -lzstd $(shell pkg-config --libs gnutls fuse3 libarchive mount libmnl) -ldl -pthread
 
 LIB_SRC  := $(wildcard src/lib/*.c src/lib/*/*.c)
 CLI_SRC  := $(wildcard src/cli/*.c)
