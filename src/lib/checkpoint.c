@@ -231,10 +231,11 @@ int checkpoint_preflight(struct manifest *m, struct gpu_batch *batch, const char
 /* The target's dump with the GPU steps inside it: stasis's CRIU plugin has
  * every CUDA process locked before CRIU seizes the tree and checkpointed
  * once it is frozen (gpu-handoff.h). */
-int checkpoint_dump_gpus_inside(struct gpu_batch *batch, struct manifest *m, bool leave_running,
+int checkpoint_dump_gpus_inside(const struct gpu_dump_plan *plan,
 				int (*dump)(void *ctx, struct stasis_error **err), void *ctx,
 				struct stasis_error **err)
 {
+	struct gpu_batch *batch = plan->batch;
 	struct gpu_handoff h;
 	int r = 0;
 
@@ -246,7 +247,7 @@ int checkpoint_dump_gpus_inside(struct gpu_batch *batch, struct manifest *m, boo
 	if (r == 0 && !batch->n)
 		r = stasis_check_interrupted("sigterm-before-dump", "the dump", err);
 	if (r == 0)
-		r = gpu_handoff_dump_begin(&h, batch, m, leave_running, err);
+		r = gpu_handoff_dump_begin(&h, plan, err);
 	if (r < 0)
 		return r;
 	r = dump(ctx, err);
@@ -314,6 +315,16 @@ static int seal_while_held(void *ctx)
 /* The target's dump, with the GPU steps around it and the image sealed
  * after it unless the target sealed it inside or held the workload while
  * it was sealed. pause_start: when the workload stopped. */
+/* The driver's copy is in host memory now, in the pages it faulted in:
+ * nothing after it needs the machine-wide setting. */
+static void thp_after_gpu_copy(void *ctx)
+{
+	struct target *t = ctx;
+
+	thp_always_end();
+	t->thp_for_gpu_step = false;
+}
+
 /* The target's dump, in the shape the GPU handoff calls. */
 struct target_dump_call {
 	struct target *t;
@@ -347,6 +358,11 @@ static int checkpoint_dump(struct target *t, struct manifest *m, struct gpu_batc
 	struct image_stager *stager = NULL;
 	struct held_seal seal = {.dir = t->dir, .m = m, .err = err};
 	struct target_dump_call dump = {.t = t, .m = m, .seal = &seal};
+	struct gpu_dump_plan plan = {.batch = batch,
+				     .m = m,
+				     .leave_running = leave_running,
+				     .copied = t->thp_for_gpu_step ? thp_after_gpu_copy : NULL,
+				     .ctx = t};
 	int r = 0;
 
 	if (t->stage[0])
@@ -358,8 +374,7 @@ static int checkpoint_dump(struct target *t, struct manifest *m, struct gpu_batc
 		return r;
 	}
 	seal.follower = follower;
-	r = checkpoint_dump_gpus_inside(batch, m, leave_running,
-					held ? target_dump_held : target_dump, &dump, err);
+	r = checkpoint_dump_gpus_inside(&plan, held ? target_dump_held : target_dump, &dump, err);
 	r = checkpoint_dump_end(batch, m, leave_running, r, err);
 	if (r == 0 && leave_running)
 		manifest_add_phase(m, "pause", now_usec() - pause_start);
@@ -400,12 +415,9 @@ static int checkpoint_prepared(struct target *t, struct manifest *m, struct gpu_
 	/* From here on the workload changes: every failure rolls back. */
 	pause_start = now_usec();
 	r = checkpoint_dump(t, m, batch, pause_start, err);
-	/* The driver's copy is in host memory by now, in the pages it faulted
-	 * in: nothing after it needs the machine-wide setting. */
-	if (t->thp_for_gpu_step) {
-		thp_always_end();
-		t->thp_for_gpu_step = false;
-	}
+	/* No GPU copy was made (no CUDA process, or a failure before it). */
+	if (t->thp_for_gpu_step)
+		thp_after_gpu_copy(t);
 	return r;
 }
 

@@ -5,6 +5,7 @@
 #define STASIS_STEPS_H
 
 #include "error.h"
+#include "gpu-handoff.h"
 #include "gpu.h"
 #include "gpumap.h"
 #include "image.h"
@@ -27,14 +28,14 @@ int checkpoint_preflight(struct manifest *m, struct gpu_batch *batch, const char
 			 bool compress, bool keeps_running, bool same_machine,
 			 struct stasis_error **err);
 
-/* dump(ctx) (a target's CRIU or runc dump) with the GPU steps of batch
- * inside it: every CUDA process locked before CRIU seizes the tree and
+/* dump(ctx) (a target's CRIU or runc dump) with the GPU steps of the
+ * plan's processes inside it: every CUDA process locked before CRIU seizes the tree and
  * checkpointed, in parallel, once it is frozen, then checked for what CRIU
- * cannot save; after a failure or with leave_running, restored and
+ * cannot save; after a failure or with the plan's leave_running, restored and
  * unlocked before CRIU lets the tree go. Returns dump's result, or the GPU
  * step's failure in its place. The caller then rolls back what is not
  * running yet (checkpoint_dump_end). */
-int checkpoint_dump_gpus_inside(struct gpu_batch *batch, struct manifest *m, bool leave_running,
+int checkpoint_dump_gpus_inside(const struct gpu_dump_plan *plan,
 				int (*dump)(void *ctx, struct stasis_error **err), void *ctx,
 				struct stasis_error **err);
 

@@ -142,6 +142,8 @@ static int dump_checkpoint(struct gpu_handoff *h, struct stasis_error **err)
 {
 	int r = gpu_checkpoint_all(h->dump, err);
 
+	if (h->dump_plan.copied)
+		h->dump_plan.copied(h->dump_plan.ctx);
 	if (r == 0)
 		r = nvidia_refs_check(h->m, true, err);
 	gpu_record(h->dump, h->m);
@@ -162,7 +164,7 @@ static int dump_finish_threads(struct gpu_handoff *h, const struct plugin_reques
 	if (!h->dump)
 		return refuse_out_of_order(PLUGIN_STEP_FINISH, err);
 	h->dump_failed = req->npids && req->pids[0] != 0;
-	if (!h->dump_failed && !h->leave_running)
+	if (!h->dump_failed && !h->dump_plan.leave_running)
 		return 0; /* the tree ends: its GPU state stays in the image */
 	for (size_t i = 0; r == 0 && i < h->dump->n; i++)
 		if (h->dump->procs[i].touched)
@@ -231,17 +233,17 @@ void gpu_handoff_reserve_environment(void)
 	setenv("STASIS_PLUGIN_SOCKET", "", 1);
 }
 
-int gpu_handoff_dump_begin(struct gpu_handoff *h, struct gpu_batch *batch, struct manifest *m,
-			   bool leave_running, struct stasis_error **err)
+int gpu_handoff_dump_begin(struct gpu_handoff *h, const struct gpu_dump_plan *plan,
+			   struct stasis_error **err)
 {
 	char socket[108]; /* sun_path */
 	int r;
 
 	memset(h, 0, sizeof(*h));
-	h->m = m;
-	h->dump = batch;
-	h->leave_running = leave_running;
-	if (!batch->n)
+	h->dump_plan = *plan;
+	h->m = plan->m;
+	h->dump = plan->batch;
+	if (!h->dump->n)
 		return 0;
 	r = plugin_channel_open(&handoff_ops, h, &h->channel, err);
 	if (r == 0) {

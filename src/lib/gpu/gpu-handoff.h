@@ -17,6 +17,16 @@
 #include "manifest.h"
 #include "plugin-channel.h"
 
+struct gpu_dump_plan {
+	struct gpu_batch *batch;
+	struct manifest *m;
+	bool leave_running;
+	/* Called once the driver's checkpoint is done, CRIU still dumping
+	 * (the machine's huge-page mode goes back then); may be NULL. */
+	void (*copied)(void *ctx);
+	void *ctx;
+};
+
 struct gpu_handoff {
 	struct plugin_channel *channel;
 	struct manifest *m;
@@ -27,7 +37,7 @@ struct gpu_handoff {
 	/* A dump: the tree's CUDA processes, found by the preflight, and
 	 * the steps CRIU has had done. */
 	struct gpu_batch *dump;
-	bool leave_running;
+	struct gpu_dump_plan dump_plan;
 	bool locked, checkpointed;
 	bool dump_failed; /* CRIU said so at its end */
 };
@@ -51,13 +61,14 @@ int gpu_handoff_restore_begin(struct gpu_handoff *h, struct manifest *m,
  * value and never grows the environment under a thread reading it). */
 void gpu_handoff_reserve_environment(void);
 
-/* Serve the GPU lock and checkpoint of batch's processes (before CRIU or
- * runc starts dumping; nothing to serve when batch is empty), and, before
- * CRIU lets the tree go after a failure or with leave_running, their GPU
- * state back. The caller still rolls back whatever is not running after a
+/* Serve the GPU lock and checkpoint of the plan's processes (before CRIU
+ * or runc starts dumping; nothing to serve when there are none), and,
+ * before CRIU lets the tree go after a failure or with leave_running,
+ * their GPU state back. The caller still rolls back whatever is not running after a
  * failed dump (gpu_rollback: a CRIU that died never got to its end). */
-int gpu_handoff_dump_begin(struct gpu_handoff *h, struct gpu_batch *batch, struct manifest *m,
-			   bool leave_running, struct stasis_error **err);
+
+int gpu_handoff_dump_begin(struct gpu_handoff *h, const struct gpu_dump_plan *plan,
+			   struct stasis_error **err);
 
 /* Stop serving a dump whose result was dumped: the result, the GPU step's
  * failure in place of CRIU's where one failed, or a refusal where CRIU

@@ -411,7 +411,8 @@ static int migrate_frozen(const struct stasis_migrate_options *o, struct gpu_bat
 			return r;
 		return confirm_running(err);
 	}
-	r = checkpoint_dump_gpus_inside(batch, mig.m, false, dump_to_wire, NULL, err);
+	r = checkpoint_dump_gpus_inside(&(struct gpu_dump_plan){.batch = batch, .m = mig.m},
+					dump_to_wire, NULL, err);
 	r = checkpoint_dump_end(batch, mig.m, false, r, err);
 	if (r < 0 && !mig.committed)
 		return confirm_running(err);
