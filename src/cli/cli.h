@@ -92,5 +92,7 @@ int cmd_help(int argc, char **argv);
 
 /* The built-in demo workload, run as "stasis __demo-workload DIR". */
 int demo_workload_main(int argc, char **argv);
+/* The GPU helper that stasis's CRIU plugin starts (cmd-criu-helper.c). */
+int criu_helper_main(int argc, char **argv);
 
 #endif

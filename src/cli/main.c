@@ -327,6 +327,10 @@ int main(int argc, char **argv)
 		return cmd_help(1, argv);
 	if (strcmp(argv[1], "__demo-workload") == 0)
 		return demo_workload_main(argc - 1, argv + 1);
+	if (strcmp(argv[1], "criu-helper") == 0) {
+		umask(077);
+		return criu_helper_main(argc - 1, argv + 1);
+	}
 	stasis_set_note_handler(print_note);
 	/* What stasis and the CRIU it starts write holds processes' memory:
 	 * root's alone whatever the caller's umask (CRIU creates its images

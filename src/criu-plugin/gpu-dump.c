@@ -2,8 +2,8 @@
 /* The GPU checkpoint inside CRIU's freeze, as the driver wants it and as
  * CRIU's cuda plugin does it: stasis locks every CUDA process of the tree
  * at the first PAUSE_DEVICES, which CRIU runs with the root's PID before it
- * seizes the tree (then for each child before it seizes that); at the first CHECKPOINT_DEVICES, once the whole tree is
- * frozen, stasis checkpoints all of them at once while only their CUDA
+ * seizes the tree (then for each child before it seizes that); at the first CHECKPOINT_DEVICES,
+ * once the whole tree is frozen, stasis checkpoints all of them at once while only their CUDA
  * restore threads run (woken here, stopped again after). No other thread
  * of the job runs while the driver moves its GPU state into host memory:
  * a job whose threads touch that memory meanwhile (JAX's do) crashed when
@@ -28,6 +28,9 @@
  * driver; CRIU's cuda plugin sets it too. */
 extern void set_compel_interrupt_only_mode(void) __attribute__((weak));
 
+/* stasis's CRIU (patch 0011): whether the dump leaves the tasks running. */
+extern int cr_plugin_dump_leaves_running(void) __attribute__((weak));
+
 /* One dump per CRIU process: what the hooks have done of it. */
 static struct {
 	bool asked;	   /* stasis asked for the GPU steps */
@@ -39,7 +42,8 @@ void gpu_dump_init(void)
 {
 	const char *socket = getenv("STASIS_PLUGIN_SOCKET");
 
-	dump.asked = socket && *socket;
+	/* Set and empty: stasis runs this CRIU and has no GPU work for it. */
+	dump.asked = socket ? *socket != '\0' : plugin_helper_start() == 0;
 	dump.paused = dump.checkpointed = false;
 	if (dump.asked && set_compel_interrupt_only_mode)
 		set_compel_interrupt_only_mode();
@@ -115,12 +119,22 @@ int gpu_checkpoint_devices(int pid)
 
 void gpu_dump_fini(int ret)
 {
+	int leaves_running = cr_plugin_dump_leaves_running ? cr_plugin_dump_leaves_running() : -1;
 	char step[32];
 
-	if (!dump.asked || !dump.paused)
-		return;
-	/* stasis knows whether the tree runs on (a failure, --leave-running)
-	 * and so needs its GPU state back now; it says which threads. */
-	snprintf(step, sizeof(step), "finish %d", ret);
-	ask_stasis(step, 0);
+	if (dump.asked && dump.paused) {
+		/* A tree that runs on (a failure, --leave-running) needs its
+		 * GPU state back now; stasis says which threads. */
+		snprintf(step, sizeof(step), "finish %d %d", ret, leaves_running);
+		ask_stasis(step, 0);
+	}
+	plugin_helper_stop();
+}
+
+bool gpu_dump_handles_devices(void)
+{
+	/* stasis runs this CRIU (its preflight saw the device files), or
+	 * the helper does the GPU steps: else a live CUDA process's device
+	 * files would be saved without its GPU state. */
+	return getenv("STASIS_PLUGIN_SOCKET") || plugin_helper_fd() >= 0;
 }

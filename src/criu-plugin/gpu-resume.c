@@ -5,11 +5,10 @@
  * before CRIU lets the restored tree run, the plugin asks stasis over the
  * socket in $STASIS_PLUGIN_SOCKET which threads to wake, wakes them, lets
  * stasis run the driver's restore and unlock for all processes at once, and
- * stops them again (gpu-dump.c does the same for the checkpoint). CRIU is the tracer of every thread then, so only CRIU's
- * process, this plugin, can wake one. Without the variable (a CRIU run that
- * is not stasis's) it does nothing. (The same at the end of a dump, as
- * CRIU's cuda plugin does it, hung with driver 580: stasis resumes a dumped
- * tree after CRIU has let it go.)
+ * stops them again (gpu-dump.c does the same for the checkpoint). CRIU is the tracer of every
+ * thread then, so only CRIU's process, this plugin, can wake one. Without the variable (a CRIU run
+ * that is not stasis's) it does nothing. (The same at the end of a dump, as CRIU's cuda plugin does
+ * it, hung with driver 580: stasis resumes a dumped tree after CRIU has let it go.)
  *
  * (plugin-talk.c has the messages.)
  * A failed restore kills the tree while no restored thread has run. */
@@ -172,8 +171,8 @@ int gpu_resume_devices_late(int pid)
 	/* No restored thread has run yet: the half-restored tree dies here,
 	 * so that CRIU's restore fails instead of resuming it. */
 	if (r != 0) {
-		plugin_log(PLUGIN_LOG_ERROR, "the GPU restore failed (%d): the restored tree is killed",
-			   r);
+		plugin_log(PLUGIN_LOG_ERROR,
+			   "the GPU restore failed (%d): the restored tree is killed", r);
 		kill_tree(pids, n);
 	} else
 		plugin_log(PLUGIN_LOG_INFO, "GPU state restored for the tree of PID %d", pid);

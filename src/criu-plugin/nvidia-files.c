@@ -52,6 +52,10 @@ int nvidia_dump_file(int fd, int id)
 		return ours;
 	if (!ours)
 		return -ENOTSUP; /* not ours: another plugin may know it */
+	if (!gpu_dump_handles_devices()) {
+		plugin_log(PLUGIN_LOG_ERROR, "%s is held, and no GPU step ran", path);
+		return -ENOTSUP;
+	}
 	flags = fcntl(fd, F_GETFL);
 	if (flags < 0)
 		return -errno;

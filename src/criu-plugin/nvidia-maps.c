@@ -24,6 +24,10 @@ int nvidia_handle_vma(int fd, const struct stat *st)
 
 	if (!S_ISCHR(st->st_mode) || plugin_fd_path(fd, path, sizeof(path)) != 1)
 		return -ENOTSUP;
+	if (!gpu_dump_handles_devices()) {
+		plugin_log(PLUGIN_LOG_ERROR, "%s is mapped, and no GPU step ran", path);
+		return -ENOTSUP;
+	}
 	return 0;
 }
 

@@ -10,6 +10,7 @@
  *   plugin: "go"                     (or "abort ERRNO" when a wake failed)
  *   stasis: "ok" | "fail MESSAGE" */
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -56,6 +57,11 @@ int plugin_connect_stasis(void)
 	struct sockaddr_un addr = {.sun_family = AF_UNIX};
 	int fd;
 
+	/* A helper of the plugin's own: one conversation after another. */
+	if (plugin_helper_fd() >= 0) {
+		fd = fcntl(plugin_helper_fd(), F_DUPFD_CLOEXEC, 0);
+		return fd < 0 ? -errno : fd;
+	}
 	if (!path || !*path || strlen(path) >= sizeof(addr.sun_path))
 		return -ENOENT;
 	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
@@ -190,4 +196,3 @@ int plugin_exchange(int fd, const char *opening, char *answer, size_t len)
 			stuck = -EIO;
 	return r ? r : stuck;
 }
-

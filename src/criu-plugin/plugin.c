@@ -33,6 +33,9 @@ static int plugin_init(int stage)
 {
 	if (stage == CR_PLUGIN_STAGE__DUMP)
 		gpu_dump_init();
+	/* A restore that stasis did not start gets the helper too. */
+	if (stage == CR_PLUGIN_STAGE__RESTORE && !getenv("STASIS_PLUGIN_SOCKET"))
+		plugin_helper_start();
 	return 0;
 }
 
@@ -40,6 +43,8 @@ static void plugin_fini(int stage, int ret)
 {
 	if (stage == CR_PLUGIN_STAGE__DUMP)
 		gpu_dump_fini(ret);
+	else
+		plugin_helper_stop();
 }
 
 CR_PLUGIN_REGISTER("stasis_nvidia", plugin_init, plugin_fini)

@@ -37,8 +37,16 @@ int gpu_resume_devices_late(int pid);
  * back before CRIU lets a tree that runs on go. */
 void gpu_dump_init(void);
 void gpu_dump_fini(int ret);
+/* Whether the dump's GPU steps are handled, so that the device files and
+ * mappings left after them may be saved. */
+bool gpu_dump_handles_devices(void);
 int gpu_pause_devices(int pid);
 int gpu_checkpoint_devices(int pid);
+
+/* gpu-helper.c: stasis's GPU helper where no stasis started CRIU. */
+int plugin_helper_start(void);
+int plugin_helper_fd(void); /* -1 when none runs */
+void plugin_helper_stop(void);
 
 /* plugin-talk.c: the plugin channel to stasis. */
 enum { PLUGIN_LOG_ERROR = 1, PLUGIN_LOG_WARN = 2, PLUGIN_LOG_INFO = 3, PLUGIN_LOG_DEBUG = 4 };
@@ -46,8 +54,8 @@ enum { PLUGIN_LOG_ERROR = 1, PLUGIN_LOG_WARN = 2, PLUGIN_LOG_INFO = 3, PLUGIN_LO
 /* A line in CRIU's own log (dump.log, restore.log), naming stasis. */
 void plugin_log(unsigned int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-/* The socket to stasis named in $STASIS_PLUGIN_SOCKET: its fd, -ENOENT
- * when no stasis asked for the GPU steps, or -errno. */
+/* The socket to stasis named in $STASIS_PLUGIN_SOCKET, or to the helper:
+ * its fd, -ENOENT when no stasis asked for the GPU steps, or -errno. */
 int plugin_connect_stasis(void);
 
 /* The whole conversation after the opening message: 0, 1 when stasis says

@@ -33,7 +33,6 @@
 int mappings_check(const struct manifest *m, bool shm_remap_ok, bool *link_remap,
 		   struct stasis_error **err);
 
-
 /* Refuse a process that is to run on while its GPU state is checkpointed
  * (gpu suspend) when it runs JAX. Measured with JAX's CUDA plugin and
  * driver 580: such a process crashes in libcuda within seconds and its GPU

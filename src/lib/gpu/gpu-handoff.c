@@ -7,6 +7,7 @@
 
 #include "devfiles.h"
 #include "interrupt.h"
+#include "nccl.h"
 #include "proc.h"
 #include "util.h"
 
@@ -109,11 +110,47 @@ static int refuse_out_of_order(enum plugin_step step, struct stasis_error **err)
 				plugin_step_name(step));
 }
 
+/* The helper of a CRIU that stasis did not start finds the tree's CUDA
+ * processes itself, as a checkpoint's preflight does: every one must be
+ * running (the driver's state), none is left out. */
+static int standalone_find(struct gpu_handoff *h, pid_t root, struct stasis_error **err)
+{
+	_cleanup_free_ pid_t *pids = NULL;
+	struct gpu_batch *batch = &h->own_batch;
+	int r = proc_tree_describe(root, &h->own_m, err);
+
+	if (r < 0 || cuda_load(NULL) < 0)
+		return r; /* no driver here: no CUDA process either */
+	pids = calloc(h->own_m.nprocs ? h->own_m.nprocs : 1, sizeof(*pids));
+	if (!pids)
+		return stasis_error_errno(err, ENOMEM, "out of memory");
+	for (size_t i = 0; i < h->own_m.nprocs; i++)
+		pids[i] = h->own_m.procs[i].pid;
+	r = gpu_find_cuda(pids, h->own_m.nprocs, batch, err);
+	if (r == 0)
+		r = gpu_preflight_running(batch, err);
+	for (size_t i = 0; r == 0 && i < batch->n; i++)
+		for (size_t j = 0; j < h->own_m.nprocs; j++)
+			if (h->own_m.procs[j].pid == batch->procs[i].pid)
+				h->own_m.procs[j].cuda = true;
+	batch->lock_timeout_ms = GPU_DEFAULT_LOCK_TIMEOUT_MS;
+	batch->lock_rounds = nccl_lock_rounds(batch);
+	return r;
+}
+
 /* Before CRIU seizes the tree: the lock, with its tries for NCCL ranks. */
-static int dump_lock(struct gpu_handoff *h, struct stasis_error **err)
+static int dump_lock(struct gpu_handoff *h, const struct plugin_request *req,
+		     struct stasis_error **err)
 {
 	int r;
 
+	if (h->standalone && !h->dump && req->npids) {
+		h->m = &h->own_m;
+		h->dump = &h->own_batch;
+		r = standalone_find(h, req->pids[0], err);
+		if (r < 0)
+			return r;
+	}
 	if (!h->dump || h->locked)
 		return refuse_out_of_order(PLUGIN_STEP_PAUSE, err);
 	r = gpu_lock_all(h->dump, err);
@@ -124,8 +161,7 @@ static int dump_lock(struct gpu_handoff *h, struct stasis_error **err)
 	return r;
 }
 
-static int dump_threads(struct gpu_handoff *h, pid_t **tids, size_t *n,
-			struct stasis_error **err)
+static int dump_threads(struct gpu_handoff *h, pid_t **tids, size_t *n, struct stasis_error **err)
 {
 	int r = 0;
 
@@ -164,6 +200,11 @@ static int dump_finish_threads(struct gpu_handoff *h, const struct plugin_reques
 	if (!h->dump)
 		return refuse_out_of_order(PLUGIN_STEP_FINISH, err);
 	h->dump_failed = req->npids && req->pids[0] != 0;
+	/* The helper learns --leave-running from CRIU (-1: a CRIU that cannot
+	 * say; the GPU state comes back then, rather than a tree that runs
+	 * on left locked). */
+	if (h->standalone)
+		h->dump_plan.leave_running = req->npids < 2 || req->pids[1] != 0;
 	if (!h->dump_failed && !h->dump_plan.leave_running)
 		return 0; /* the tree ends: its GPU state stays in the image */
 	for (size_t i = 0; r == 0 && i < h->dump->n; i++)
@@ -191,6 +232,29 @@ static int dump_finish(struct gpu_handoff *h, struct stasis_error **err)
 	return r;
 }
 
+/* The helper's restore: the processes of the restored tree that the driver
+ * holds checkpointed, back on the GPUs they left (no GPU map). */
+static int standalone_restore_threads(struct gpu_handoff *h, const struct plugin_request *req,
+				      pid_t **tids, size_t *n, struct stasis_error **err)
+{
+	int r = cuda_load(NULL) < 0 ? 0 : 1;
+
+	h->m = &h->own_m;
+	for (size_t i = 0; r > 0 && i < req->npids; i++) {
+		enum cuda_process_state state;
+
+		if (cuda_get_state(req->pids[i], &state) != CUDA_RES_SUCCESS ||
+		    state != CUDA_PROCESS_CHECKPOINTED)
+			continue;
+		if (gpu_batch_add(&h->restored, req->pids[i]) < 0)
+			return stasis_error_errno(err, ENOMEM, "out of memory");
+		h->restored.procs[h->restored.n - 1].state = CUDA_PROCESS_CHECKPOINTED;
+	}
+	for (size_t i = 0; r >= 0 && i < h->restored.n; i++)
+		r = add_tid(h->restored.procs[i].pid, tids, n, err);
+	return r < 0 ? r : 0;
+}
+
 /* ---- the channel's two questions ---- */
 
 static int threads(void *ctx, const struct plugin_request *req, pid_t **tids, size_t *n,
@@ -200,7 +264,7 @@ static int threads(void *ctx, const struct plugin_request *req, pid_t **tids, si
 
 	switch (req->step) {
 	case PLUGIN_STEP_PAUSE:
-		return dump_lock(h, err);
+		return dump_lock(h, req, err);
 	case PLUGIN_STEP_CHECKPOINT:
 		return dump_threads(h, tids, n, err);
 	case PLUGIN_STEP_FINISH:
@@ -210,6 +274,8 @@ static int threads(void *ctx, const struct plugin_request *req, pid_t **tids, si
 	}
 	if (h->dump)
 		return refuse_out_of_order(req->step, err);
+	if (h->standalone)
+		return standalone_restore_threads(h, req, tids, n, err);
 	return restore_threads(h, req, tids, n, err);
 }
 
@@ -289,6 +355,28 @@ int gpu_handoff_restore_begin(struct gpu_handoff *h, struct manifest *m,
 	h->plan = plan;
 	h->by_ns_pid = by_ns_pid;
 	return manifest_cuda_count(m) ? plugin_channel_open(&handoff_ops, h, &h->channel, err) : 0;
+}
+
+int gpu_handoff_serve_helper(int fd, struct stasis_error **err)
+{
+	struct gpu_handoff h = {.standalone = true};
+	int r;
+
+	manifest_init(&h.own_m);
+	/* cuInit while CRIU works: the first GPU step needs it. */
+	cuda_load_begin();
+	r = plugin_channel_serve_fd(&handoff_ops, &h, fd, err);
+	/* A tree left locked by a CRIU that died: back to running. */
+	if (h.dump && !gpu_batch_running(h.dump)) {
+		struct stasis_error *ignored = NULL;
+
+		gpu_rollback(h.dump, &ignored);
+		stasis_error_free(ignored);
+	}
+	gpu_batch_free(&h.own_batch);
+	gpu_batch_free(&h.restored);
+	manifest_free(&h.own_m);
+	return r < 0 ? r : 0;
 }
 
 int gpu_handoff_end(struct gpu_handoff *h, struct stasis_error **err)

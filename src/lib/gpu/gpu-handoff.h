@@ -40,6 +40,11 @@ struct gpu_handoff {
 	struct gpu_dump_plan dump_plan;
 	bool locked, checkpointed;
 	bool dump_failed; /* CRIU said so at its end */
+	/* The helper of a CRIU that stasis did not start: it finds the
+	 * tree's CUDA processes itself, into these. */
+	bool standalone;
+	struct gpu_batch own_batch;
+	struct manifest own_m;
 };
 
 /* m's CUDA processes, by their PIDs in m, into batch as the driver left
@@ -74,6 +79,14 @@ int gpu_handoff_dump_begin(struct gpu_handoff *h, const struct gpu_dump_plan *pl
  * failure in place of CRIU's where one failed, or a refusal where CRIU
  * dumped without asking for the GPU checkpoint. */
 int gpu_handoff_dump_end(struct gpu_handoff *h, int dumped, struct stasis_error **err);
+
+/* The helper that stasis's CRIU plugin starts where no stasis started
+ * CRIU (a runtime's criu swrk, criu by hand): serves the plugin's
+ * conversations on fd until CRIU closes it, finding the CUDA processes
+ * itself (every one of the tree at a dump, the checkpointed ones of the
+ * restored tree at a restore). A tree still locked when CRIU went away is
+ * brought back to running. */
+int gpu_handoff_serve_helper(int fd, struct stasis_error **err);
 
 /* Stop serving a restore: 1 when the GPU work ran inside CRIU, 0 when CRIU never
  * asked for it, or the -status of its failure with *err set. */

@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -111,8 +112,9 @@ static void fail_message(int fd, const struct stasis_error *e)
 	wire_say(fd, msg);
 }
 
-/* One conversation: which threads, the go-ahead, the GPU work, the answer. */
-static void serve(struct plugin_channel *ch, int fd)
+/* One conversation: which threads, the go-ahead, the GPU work, the answer.
+ * false when the plugin said nothing (it closed its end). */
+static bool serve(struct plugin_channel *ch, int fd)
 {
 	_cleanup_free_ char *buf = malloc(WIRE_MAX_MESSAGE), *wake = NULL;
 	_cleanup_free_ pid_t *pids = NULL, *tids = NULL;
@@ -122,7 +124,7 @@ static void serve(struct plugin_channel *ch, int fd)
 	int r;
 
 	if (!buf || wire_hear(fd, buf, WIRE_MAX_MESSAGE) < 0)
-		return;
+		return false;
 	r = parse_request(buf, &req, &pids);
 	if (r < 0)
 		r = stasis_error_set(&e, -r, STASIS_DOMAIN_CRIU, 0,
@@ -132,27 +134,36 @@ static void serve(struct plugin_channel *ch, int fd)
 	if (r < 0) {
 		fail_message(fd, e);
 		keep_error(ch, r, e);
-		return;
+		return true;
 	}
 	wake = wake_message(tids, ntids);
 	/* No thread to wake: nothing more to do (the lock is done). */
 	if (!wake || wire_say(fd, wake) < 0 || ntids == 0)
-		return;
-	if (wire_hear(fd, buf, WIRE_MAX_MESSAGE) < 0)
+		return true;
+	if (wire_hear(fd, buf, WIRE_MAX_MESSAGE) < 0) {
 		r = stasis_error_set(&e, EPIPE, STASIS_DOMAIN_CRIU, 0,
-				     "CRIU went away before the GPU %s", plugin_step_name(req.step));
-	else if (strncmp(buf, "go", 2) != 0)
+				     "CRIU went away before the GPU %s",
+				     plugin_step_name(req.step));
+		keep_error(ch, r, e);
+		return false;
+	}
+	/* An abort waits for no answer: the next conversation may follow on
+	 * the same socket (the plugin's helper). */
+	if (strncmp(buf, "go", 2) != 0) {
 		r = stasis_error_set(&e, EIO, STASIS_DOMAIN_CRIU, 0,
 				     "CRIU could not wake the CUDA restore threads (%s)", buf);
-	else
-		r = ch->ops->resume(ch->ctx, &req, &e);
+		keep_error(ch, r, e);
+		return true;
+	}
+	r = ch->ops->resume(ch->ctx, &req, &e);
 	if (r < 0) {
 		fail_message(fd, e);
 		keep_error(ch, r, e);
-		return;
+		return true;
 	}
 	ch->worked++;
 	wire_say(fd, "ok");
+	return true;
 }
 
 static void *serve_thread(void *opaque)
@@ -177,6 +188,23 @@ static void *serve_thread(void *opaque)
 		close(fd);
 	}
 	return NULL;
+}
+
+int plugin_channel_serve_fd(const struct plugin_channel_ops *ops, void *ctx, int fd,
+			    struct stasis_error **err)
+{
+	struct plugin_channel ch = {.ops = ops, .ctx = ctx, .listen_fd = -1};
+
+	while (serve(&ch, fd))
+		;
+	if (ch.error) {
+		if (err) {
+			stasis_error_free(*err);
+			*err = ch.error;
+		} else
+			stasis_error_free(ch.error);
+	}
+	return ch.result < 0 ? ch.result : ch.worked;
 }
 
 void plugin_channel_path(char *path, size_t len)

@@ -49,6 +49,12 @@ void plugin_channel_path(char *path, size_t len);
 int plugin_channel_open(const struct plugin_channel_ops *ops, void *ctx,
 			struct plugin_channel **out, struct stasis_error **err);
 
+/* Serve the conversations of one plugin on fd, one after another, until
+ * it closes its end (the plugin's own helper, where no stasis started
+ * CRIU). Returns as plugin_channel_close. */
+int plugin_channel_serve_fd(const struct plugin_channel_ops *ops, void *ctx, int fd,
+			    struct stasis_error **err);
+
 /* Stop serving. Returns how many requests did GPU work, or the -status of
  * the first that failed, whose error moves to *err. */
 int plugin_channel_close(struct plugin_channel *ch, struct stasis_error **err);

@@ -224,7 +224,7 @@ static int on_held(void *ctx)
 	r = stream_failed(mig.err);
 	if (r == 0)
 		r = stasis_check_interrupted("sigterm-before-manifest", "sending the manifest",
-						 mig.err);
+					     mig.err);
 	/* The processes are those CRIU saved, which the destination checks. */
 	if (r == 0)
 		r = image_take_processes(mig.stage, mig.m, mig.err);

@@ -96,7 +96,7 @@ static int on_dump_notify(const char *action)
 	if (!post_dump.dir && !post_dump.packer)
 		return 0;
 	post_dump.result = stasis_check_interrupted("sigterm-before-manifest",
-							"writing the manifest", post_dump.err);
+						    "writing the manifest", post_dump.err);
 	if (post_dump.result == 0)
 		post_dump.result =
 		    checkpoint_pack_finish(post_dump.packer, post_dump.m, post_dump.err);

@@ -1,0 +1,34 @@
+/* SPDX-License-Identifier: MIT */
+/* stasis criu-helper FD: not a command for people. stasis's CRIU plugin
+ * runs it where no stasis started CRIU (a runtime's criu swrk, criu by
+ * hand) and talks to it on FD, a socket, to have the GPU steps done
+ * (gpu-handoff.h). Its errors go to CRIU's log through the plugin; this
+ * prints them too, on stderr, which CRIU passes on. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+
+#include "cli.h"
+#include "gpu-handoff.h"
+
+int criu_helper_main(int argc, char **argv)
+{
+	_cleanup_error_ struct stasis_error *err = NULL;
+	struct stat st;
+	char *end;
+	long fd;
+
+	if (argc != 2)
+		return cli_usage_error("criu-helper", "expected the plugin's socket descriptor");
+	errno = 0;
+	fd = strtol(argv[1], &end, 10);
+	if (errno || *end || fd < 0 || fd > 1024 || fstat((int)fd, &st) < 0 ||
+	    !S_ISSOCK(st.st_mode))
+		return cli_usage_error("criu-helper", "'%s' is not a socket descriptor", argv[1]);
+	if (gpu_handoff_serve_helper((int)fd, &err) < 0)
+		return cli_fail("criu-helper", err);
+	return EXIT_OK;
+}
