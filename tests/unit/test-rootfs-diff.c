@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /* The rootfs diff's apply: whiteouts and opaque folders delete the image's
- * files, every other member lands with its mode and link, long names in
- * both PAX and GNU form, and nothing leads outside the root (an absolute
- * link of the image, a member named with ".."). Needs root (chroot); the
- * tars come from GNU tar, as Kubernetes' and containerd's would. */
+ * files, every other member lands with its owner, mode, times, attributes
+ * and link, long names in both PAX and GNU form, and nothing leads outside
+ * the root (a link of the image or of the diff is never passed through, a
+ * ".." inside a name is refused, an absolute name lands inside). Needs root
+ * (chroot); the tars come from GNU tar, as Kubernetes' and containerd's
+ * would. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -14,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include "error.h"
@@ -162,31 +165,107 @@ static void type_changes(void **state)
 	expect_text("root/keep/in", "in\n");
 }
 
-/* The image's absolute link to "/" and a member named "../../x" both end
- * inside the root. */
+/* Each member's numeric owner, mode with its set-ID bits, modification
+ * time and extended attributes; a read-only folder of the diff gets its
+ * mode after the files in it. */
+static void metadata(void **state)
+{
+	char path[4096], value[16] = "";
+	struct stat st;
+
+	make_base();
+	sh("mkdir -p %s/layer/ro && echo s >%s/layer/ro/suid && chown 1234:5678 %s/layer/ro/suid "
+	   "&& "
+	   "chmod 4750 %s/layer/ro/suid && touch -d @1000000000 %s/layer/ro/suid",
+	   dir, dir, dir, dir, dir);
+	snprintf(path, sizeof(path), "%s/layer/ro/suid", dir);
+	assert_int_equal(setxattr(path, "user.stasis", "yes", 3, 0), 0);
+	sh("chmod 0555 %s/layer/ro && touch -d @1100000000 %s/layer/ro && cd %s/layer && "
+	   "tar --format=pax --xattrs --xattrs-include='user.*' --numeric-owner -cf ../meta.tar ro",
+	   dir, dir, dir);
+	assert_int_equal(apply("meta.tar"), 0);
+	snprintf(path, sizeof(path), "%s/root/ro/suid", dir);
+	assert_int_equal(lstat(path, &st), 0);
+	assert_int_equal(st.st_uid, 1234);
+	assert_int_equal(st.st_gid, 5678);
+	assert_int_equal(st.st_mode & 07777, 04750);
+	assert_int_equal(st.st_mtime, 1000000000);
+	assert_int_equal(st.st_atime, 1000000000);
+	assert_int_equal(getxattr(path, "user.stasis", value, sizeof(value) - 1), 3);
+	assert_string_equal(value, "yes");
+	snprintf(path, sizeof(path), "%s/root/ro", dir);
+	assert_int_equal(lstat(path, &st), 0);
+	assert_int_equal(st.st_mode & 07777, 0555);
+	assert_int_equal(st.st_mtime, 1100000000);
+}
+
+/* A member that leads through the image's absolute link to "/" is
+ * refused; one named "../../x" ends inside the root. */
 static void stays_inside_root(void **state)
 {
-	char name[64], host[128];
+	char name[64], host[128], rel[128];
 
 	snprintf(name, sizeof(name), "stasis-escape-%d", (int)getpid());
 	snprintf(host, sizeof(host), "/%s", name);
+	snprintf(rel, sizeof(rel), "root/%s", name);
 	make_base();
 	sh("ln -s / %s/root/esc && mkdir -p %s/layer/esc && echo out >%s/layer/esc/%s && "
 	   "cd %s/layer && tar -cf ../esc.tar esc/%s && "
 	   "tar -P -cf ../dots.tar --transform='s,^esc/,../../,' esc/%s",
 	   dir, dir, dir, name, dir, name, name);
-	assert_int_equal(apply("esc.tar"), 0);
+	assert_true(apply("esc.tar") < 0);
 	assert_int_equal(access(host, F_OK), -1);
-	{
-		char rel[128];
+	assert_false(exists(rel));
+	assert_int_equal(apply("dots.tar"), 0);
+	assert_int_equal(access(host, F_OK), -1);
+	expect_text(rel, "out\n");
+}
 
-		snprintf(rel, sizeof(rel), "root/%s", name);
-		expect_text(rel, "out\n");
-		unlink(host);
-		assert_int_equal(apply("dots.tar"), 0);
-		assert_int_equal(access(host, F_OK), -1);
-		expect_text(rel, "out\n");
-	}
+/* apply(tar) fails, its message naming want. */
+static void expect_refused(const char *tar, const char *want)
+{
+	char tar_path[4096], root[4096];
+	struct stasis_error *err = NULL;
+
+	snprintf(tar_path, sizeof(tar_path), "%s/%s", dir, tar);
+	snprintf(root, sizeof(root), "%s/root", dir);
+	assert_true(rootfs_diff_apply(tar_path, root, &err) < 0);
+	assert_non_null(err);
+	if (!strstr(err->message, want))
+		fail_msg("\"%s\" lacks \"%s\"", err->message, want);
+	stasis_error_free(err);
+}
+
+/* Hostile diffs: a symbolic link of the diff to "/" then a file and a
+ * hard link through it, and a ".." inside a name, are refused; an
+ * absolute name lands inside the root. Nothing reaches the host. */
+static void hostile_members(void **state)
+{
+	char name[64], host[128], rel[128];
+
+	snprintf(name, sizeof(name), "stasis-hostile-%d", (int)getpid());
+	snprintf(host, sizeof(host), "/%s", name);
+	snprintf(rel, sizeof(rel), "root/%s", name);
+	make_base();
+	sh("cd %s/layer && ln -s / out && mkdir d && echo evil >d/%s && ln -s ../../.. up && "
+	   "echo x >d/x && ln d/x d/hard && "
+	   "tar -cf ../through.tar --transform='s,^d/,out/,' out d/%s && "
+	   "tar --no-recursion -cf ../hard.tar --transform='flags=h;s,^d/x$,up/etc/motd,' up d d/x "
+	   "d/hard && "
+	   "tar -P -cf ../inner-dots.tar --transform='s,^d/,new/../../,' d/%s && "
+	   "tar -P -cf ../absolute.tar --transform='s,^d/,/,' d/%s",
+	   dir, name, name, name, name);
+	expect_refused("through.tar", "symlink");
+	assert_int_equal(access(host, F_OK), -1);
+	assert_false(exists(rel));
+	expect_refused("hard.tar", "symlink");
+	expect_text("root/etc/motd", "old\n");
+	expect_refused("inner-dots.tar", "'..'");
+	assert_int_equal(access(host, F_OK), -1);
+	assert_false(exists(rel));
+	assert_int_equal(apply("absolute.tar"), 0);
+	assert_int_equal(access(host, F_OK), -1);
+	expect_text(rel, "evil\n");
 }
 
 static void cut_short(void **state)
@@ -238,7 +317,9 @@ int main(void)
 	    cmocka_unit_test(pax_changes_and_deletions),
 	    cmocka_unit_test(gnu_changes_and_deletions),
 	    cmocka_unit_test(type_changes),
+	    cmocka_unit_test(metadata),
 	    cmocka_unit_test(stays_inside_root),
+	    cmocka_unit_test(hostile_members),
 	    cmocka_unit_test(cut_short),
 	    cmocka_unit_test(refuses_device_nodes),
 	};

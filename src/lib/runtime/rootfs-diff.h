@@ -12,8 +12,11 @@
 
 /* Applies the layer in tar onto the root folder rootfs (a fresh snapshot
  * of the same image): every deletion first, then every other entry with its
- * owner, mode, times and extended attributes. It runs in a child chrooted
- * into rootfs, so that no name or symbolic link leads outside it. */
+ * owner, mode, times and extended attributes, through libarchive's disk
+ * writer. A member named with ".." inside its name, or one that leads
+ * through a symbolic link, is refused (a leading "/" or "../" is dropped),
+ * and so is a device node; all of it runs in a child chrooted into rootfs,
+ * so that nothing reaches outside it. */
 int rootfs_diff_apply(const char *tar, const char *rootfs, struct stasis_error **err);
 
 #endif
