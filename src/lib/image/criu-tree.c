@@ -5,14 +5,15 @@
  * with the protobuf-c code of CRIU's build.
  *
  * An image is input, and what stasis checks must be what CRIU restores,
- * though CRIU may unpack it with another protobuf-c (a runtime's own CRIU;
- * before 1.3 a message given twice replaced the first, since it is merged
- * into it). So each entry is walked on the wire before it is unpacked, and
- * refused where two readers could differ: a field stasis reads given twice,
- * a uint32 past 32 bits (protobuf-c keeps its low bits), a group or field
- * 0. protobuf-c then refuses a required field missing or one of the wrong
- * type; what is left is checked after: PIDs in range, each process after
- * its parent, threads that name their process once, the number of them. */
+ * though CRIU may unpack it with another protobuf-c than stasis's (a
+ * runtime's own CRIU), and where the wire is ambiguous readers differ: of
+ * a field given twice one keeps the last, merges two messages or replaces
+ * the first; of a uint32 past 32 bits protobuf-c keeps the low bits. So
+ * each entry is walked on the wire before it is unpacked, and refused for
+ * a field stasis reads given twice, a uint32 of it past 32 bits, a group or
+ * field 0. protobuf-c then refuses a required field missing or one of the
+ * wrong type; what is left is checked after: PIDs in range, each process
+ * after its parent, threads that name their process once, their number. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
