@@ -22,8 +22,8 @@ LIB_SRC  := $(wildcard src/lib/*.c src/lib/*/*.c)
 CLI_SRC  := $(wildcard src/cli/*.c)
 LIB_OBJ  := $(LIB_SRC:src/%.c=$(BUILD)/obj/%.o)
 # CRIU's image formats, in the protobuf-c code CRIU's build generated
-# (scripts/build-criu.sh installs it): those criu-images.c reads and those
-# they import.
+# (scripts/build-criu.sh installs it): those criu-images.c and criu-tree.c
+# read and those they import.
 CRIU_PB  := stats pstree core fs fdinfo bpfmap-file core-aarch64 core-arm core-loongarch64 \
 	    core-mips core-ppc64 core-riscv64 core-s390 core-x86 creds eventfd eventpoll ext-file \
 	    fh fifo fown fsnotify memfd ns opts packet-sock pidfd pipe regfile rlimit rseq sa \

@@ -15,35 +15,12 @@
 #include <unistd.h>
 
 #include "core.pb-c.h"
+#include "criu-images-internal.h"
 #include "fdinfo.pb-c.h"
 #include "fs.pb-c.h"
 #include "pstree.pb-c.h"
 #include "stats.pb-c.h"
 #include "util.h"
-
-/* CRIU's magic numbers: most images have the common one first, its
- * service files (the statistics) the service one. */
-#define IMG_COMMON_MAGIC 0x54564319u
-#define IMG_SERVICE_MAGIC 0x55105940u
-#define STATS_MAGIC 0x57093306u
-#define PSTREE_MAGIC 0x50273030u
-#define CORE_MAGIC 0x55053847u
-#define IDS_MAGIC 0x54432030u
-#define FDINFO_MAGIC 0x56213732u
-#define FS_MAGIC 0x51403912u
-#define FILES_MAGIC 0x56303138u
-
-/* The kernel's PID_MAX_LIMIT. */
-#define PID_LIMIT 4194304u
-
-/* The decoder's allocations within a budget: what a hostile entry makes
- * protobuf-c allocate is bounded by its size, and all of them together by
- * this. */
-struct budget {
-	ProtobufCAllocator a;
-	size_t left;
-	bool spent; /* an allocation was refused */
-};
 
 static void *budget_alloc(void *data, size_t size)
 {
@@ -63,7 +40,7 @@ static void budget_free(void *data, void *p)
 	free(p);
 }
 
-static void budget_init(struct budget *b)
+void criu_budget_init(struct budget *b)
 {
 	b->a.alloc = budget_alloc;
 	b->a.free = budget_free;
@@ -72,19 +49,13 @@ static void budget_init(struct budget *b)
 	b->spent = false;
 }
 
-static int malformed(struct stasis_error **err, const char *file, const char *what)
+int criu_malformed(struct stasis_error **err, const char *file, const char *what)
 {
 	return stasis_error_set(err, EINVAL, STASIS_DOMAIN_IMAGE, 0, "CRIU's %s is malformed: %s",
 				file, what);
 }
 
-/* A file's entries, unpacked: its messages in order. */
-struct entries {
-	ProtobufCMessage **msg;
-	size_t n;
-};
-
-static void entries_free(struct entries *e, struct budget *b)
+void criu_entries_free(struct entries *e, struct budget *b)
 {
 	for (size_t i = 0; i < e->n; i++)
 		protobuf_c_message_free_unpacked(e->msg[i], &b->a);
@@ -101,18 +72,18 @@ static uint32_t get_u32(const uint8_t *p)
 	return v;
 }
 
-/* Splits buf into its entries of type desc after the magic numbers; at
- * most max entries (1 for a file of one). */
-static int parse_entries(const uint8_t *buf, size_t len, const char *name, uint32_t first,
-			 uint32_t magic, const ProtobufCMessageDescriptor *desc, size_t max,
-			 struct budget *b, struct entries *out, struct stasis_error **err)
+int criu_parse_entries(const uint8_t *buf, size_t len, const char *name, uint32_t first,
+		       uint32_t magic, const ProtobufCMessageDescriptor *desc,
+		       const struct wire_rules *rules, size_t max, struct budget *b,
+		       struct entries *out, struct stasis_error **err)
 {
 	const char *why = NULL;
 	size_t at = 8, cap = 0;
 
 	memset(out, 0, sizeof(*out));
 	if (len < 8 || get_u32(buf) != first || get_u32(buf + 4) != magic)
-		return malformed(err, name, "not the image CRIU writes there (its magic differs)");
+		return criu_malformed(err, name,
+				      "not the image CRIU writes there (its magic differs)");
 	while (at < len && !why) {
 		ProtobufCMessage *msg;
 		uint32_t size;
@@ -133,10 +104,14 @@ static int parse_entries(const uint8_t *buf, size_t len, const char *name, uint3
 			void *more = grow_array(out->msg, out->n, &cap, sizeof(*out->msg), 16);
 
 			if (!more) {
-				entries_free(out, b);
+				criu_entries_free(out, b);
 				return stasis_error_errno(err, ENOMEM, "out of memory");
 			}
 			out->msg = more;
+		}
+		if (rules && !criu_wire_check(buf + at, size, rules)) {
+			why = "a field given twice, or not as CRIU writes it";
+			break;
 		}
 		msg = protobuf_c_message_unpack(desc, &b->a, size, buf + at);
 		if (!msg)
@@ -147,16 +122,17 @@ static int parse_entries(const uint8_t *buf, size_t len, const char *name, uint3
 	}
 	if (!why)
 		return 0;
-	entries_free(out, b);
-	return malformed(err, name, why);
+	criu_entries_free(out, b);
+	return criu_malformed(err, name, why);
 }
 
-/* The whole of dirfd's file name, a regular file of max bytes at most:
- * 1 and *out, 0 when there is none, or an error. */
-static int read_image(int dirfd, const char *name, size_t max, uint8_t **out, size_t *len,
-		      struct stasis_error **err)
+/* Not blocked by a FIFO in the file's place: O_NONBLOCK opens it at once,
+ * and it is then refused as not a regular file. */
+int criu_read_image(int dirfd, const char *name, size_t max, uint8_t **out, size_t *len,
+		    struct stasis_error **err)
 {
-	_cleanup_close_ int fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	_cleanup_close_ int fd =
+	    openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
 	_cleanup_free_ uint8_t *buf = NULL;
 	struct stat st;
 	size_t got = 0;
@@ -167,9 +143,9 @@ static int read_image(int dirfd, const char *name, size_t max, uint8_t **out, si
 		return stasis_error_errno(err, errno, "reading CRIU's %s: %s", name,
 					  strerror(errno));
 	if (!S_ISREG(st.st_mode))
-		return malformed(err, name, "not a regular file");
+		return criu_malformed(err, name, "not a regular file");
 	if ((uint64_t)st.st_size > max)
-		return malformed(err, name, "too big");
+		return criu_malformed(err, name, "too big");
 	buf = malloc(st.st_size ? (size_t)st.st_size : 1);
 	if (!buf)
 		return stasis_error_errno(err, ENOMEM, "out of memory");
@@ -182,7 +158,7 @@ static int read_image(int dirfd, const char *name, size_t max, uint8_t **out, si
 			return stasis_error_errno(err, errno, "reading CRIU's %s: %s", name,
 						  strerror(errno));
 		if (n == 0)
-			return malformed(err, name, "it shrank while read");
+			return criu_malformed(err, name, "it shrank while read");
 		got += (size_t)n;
 	}
 	*out = TAKE_PTR(buf);
@@ -198,12 +174,12 @@ static int read_entries(int dirfd, const char *name, uint32_t first, uint32_t ma
 {
 	_cleanup_free_ uint8_t *buf = NULL;
 	size_t len = 0;
-	int r = read_image(dirfd, name, CRIU_IMAGES_MAX_FILE, &buf, &len, err);
+	int r = criu_read_image(dirfd, name, CRIU_IMAGES_MAX_FILE, &buf, &len, err);
 
 	memset(out, 0, sizeof(*out));
 	if (r <= 0)
 		return r;
-	r = parse_entries(buf, len, name, first, magic, desc, max, b, out, err);
+	r = criu_parse_entries(buf, len, name, first, magic, desc, NULL, max, b, out, err);
 	return r < 0 ? r : 1;
 }
 
@@ -213,14 +189,14 @@ static int parse_stats(const uint8_t *buf, size_t len, const char *name, struct 
 		       StatsEntry **out, struct stasis_error **err)
 {
 	struct entries e;
-	int r = parse_entries(buf, len, name, IMG_SERVICE_MAGIC, STATS_MAGIC,
-			      &stats_entry__descriptor, 1, b, &e, err);
+	int r = criu_parse_entries(buf, len, name, IMG_SERVICE_MAGIC, STATS_MAGIC,
+				   &stats_entry__descriptor, NULL, 1, b, &e, err);
 
 	if (r < 0)
 		return r;
 	if (e.n != 1) {
-		entries_free(&e, b);
-		return malformed(err, name, "no entry");
+		criu_entries_free(&e, b);
+		return criu_malformed(err, name, "no entry");
 	}
 	*out = (StatsEntry *)e.msg[0];
 	free(e.msg);
@@ -235,7 +211,7 @@ int criu_stats_parse_dump(const uint8_t *buf, size_t len, struct criu_dump_stats
 	StatsEntry *s;
 	int r;
 
-	budget_init(&b);
+	criu_budget_init(&b);
 	memset(out, 0, sizeof(*out));
 	r = parse_stats(buf, len, CRIU_STATS_DUMP, &b, &s, err);
 	if (r < 0)
@@ -243,7 +219,7 @@ int criu_stats_parse_dump(const uint8_t *buf, size_t len, struct criu_dump_stats
 	d = s->dump;
 	if (!d) {
 		stats_entry__free_unpacked(s, &b.a);
-		return malformed(err, CRIU_STATS_DUMP, "no dump statistics");
+		return criu_malformed(err, CRIU_STATS_DUMP, "no dump statistics");
 	}
 	*out = (struct criu_dump_stats){
 	    .present = true,
@@ -278,7 +254,7 @@ int criu_stats_parse_restore(const uint8_t *buf, size_t len, struct criu_restore
 	StatsEntry *s;
 	int r;
 
-	budget_init(&b);
+	criu_budget_init(&b);
 	memset(out, 0, sizeof(*out));
 	r = parse_stats(buf, len, CRIU_STATS_RESTORE, &b, &s, err);
 	if (r < 0)
@@ -286,7 +262,7 @@ int criu_stats_parse_restore(const uint8_t *buf, size_t len, struct criu_restore
 	rs = s->restore;
 	if (!rs) {
 		stats_entry__free_unpacked(s, &b.a);
-		return malformed(err, CRIU_STATS_RESTORE, "no restore statistics");
+		return criu_malformed(err, CRIU_STATS_RESTORE, "no restore statistics");
 	}
 	*out = (struct criu_restore_stats){
 	    .present = true,
@@ -309,7 +285,7 @@ static int read_stats_file(const char *dir, const char *name, uint8_t **buf, siz
 
 	if (dirfd < 0)
 		return stasis_error_errno(err, errno, "opening %s: %s", dir, strerror(errno));
-	return read_image(dirfd, name, 1u << 20, buf, len, err);
+	return criu_read_image(dirfd, name, 1u << 20, buf, len, err);
 }
 
 int criu_stats_read_dump(const char *dir, struct criu_dump_stats *out, struct stasis_error **err)
@@ -379,31 +355,31 @@ static int pstree_read(struct reader *rd)
 			 &pstree_entry__descriptor, CRIU_IMAGES_MAX_PROCESSES, &rd->b, &e, rd->err);
 
 	if (r == 0)
-		return malformed(rd->err, "pstree.img", "it is missing");
+		return criu_malformed(rd->err, "pstree.img", "it is missing");
 	if (r < 0)
 		return r;
 	if (!e.n) {
-		entries_free(&e, &rd->b);
-		return malformed(rd->err, "pstree.img", "no process");
+		criu_entries_free(&e, &rd->b);
+		return criu_malformed(rd->err, "pstree.img", "no process");
 	}
 	rd->v->procs = calloc(e.n, sizeof(*rd->v->procs));
 	if (!rd->v->procs) {
-		entries_free(&e, &rd->b);
+		criu_entries_free(&e, &rd->b);
 		return stasis_error_errno(rd->err, ENOMEM, "out of memory");
 	}
 	for (size_t i = 0; i < e.n; i++) {
 		const PstreeEntry *p = (const PstreeEntry *)e.msg[i];
 		struct criu_process_view *pv = &rd->v->procs[i];
 
-		if (!p->pid || p->pid > PID_LIMIT || p->ppid > PID_LIMIT || p->pgid > PID_LIMIT ||
-		    p->sid > PID_LIMIT) {
-			entries_free(&e, &rd->b);
-			return malformed(rd->err, "pstree.img", "a PID out of range");
+		if (!p->pid || p->pid > CRIU_PID_MAX || p->ppid > CRIU_PID_MAX ||
+		    p->pgid > CRIU_PID_MAX || p->sid > CRIU_PID_MAX) {
+			criu_entries_free(&e, &rd->b);
+			return criu_malformed(rd->err, "pstree.img", "a PID out of range");
 		}
 		for (size_t j = 0; j < i; j++) {
 			if ((uint32_t)rd->v->procs[j].pid == p->pid) {
-				entries_free(&e, &rd->b);
-				return malformed(rd->err, "pstree.img", "a PID given twice");
+				criu_entries_free(&e, &rd->b);
+				return criu_malformed(rd->err, "pstree.img", "a PID given twice");
 			}
 		}
 		pv->pid = (pid_t)p->pid;
@@ -413,7 +389,7 @@ static int pstree_read(struct reader *rd)
 		pv->nthreads = p->n_threads;
 		rd->v->nprocs++;
 	}
-	entries_free(&e, &rd->b);
+	criu_entries_free(&e, &rd->b);
 	return 0;
 }
 
@@ -429,17 +405,17 @@ static int core_read(struct reader *rd, struct criu_process_view *pv)
 	r = read_entries(rd->dirfd, name, IMG_COMMON_MAGIC, CORE_MAGIC, &core_entry__descriptor, 1,
 			 &rd->b, &e, rd->err);
 	if (r == 0)
-		return malformed(rd->err, name, "it is missing");
+		return criu_malformed(rd->err, name, "it is missing");
 	if (r < 0)
 		return r;
 	c = e.n ? (const CoreEntry *)e.msg[0] : NULL;
 	if (!c || !c->tc) {
-		entries_free(&e, &rd->b);
-		return malformed(rd->err, name, "no task core");
+		criu_entries_free(&e, &rd->b);
+		return criu_malformed(rd->err, name, "no task core");
 	}
 	copy_printable(pv->comm, sizeof(pv->comm), c->tc->comm);
 	snprintf(pv->task_state, sizeof(pv->task_state), "%s", task_state_name(c->tc->task_state));
-	entries_free(&e, &rd->b);
+	criu_entries_free(&e, &rd->b);
 	return 0;
 }
 
@@ -712,10 +688,10 @@ static int read_one(struct reader *rd, const char *name, uint32_t magic,
 	int r = read_entries(rd->dirfd, name, IMG_COMMON_MAGIC, magic, desc, 1, &rd->b, e, rd->err);
 
 	if (r == 0)
-		return malformed(rd->err, name, "it is missing");
+		return criu_malformed(rd->err, name, "it is missing");
 	if (r > 0 && e->n != 1) {
-		entries_free(e, &rd->b);
-		return malformed(rd->err, name, "no entry");
+		criu_entries_free(e, &rd->b);
+		return criu_malformed(rd->err, name, "no entry");
 	}
 	return r < 0 ? r : 0;
 }
@@ -734,7 +710,7 @@ static int process_files(struct reader *rd, struct criu_process_view *pv, unsign
 		return r;
 	snprintf(name, sizeof(name), "fdinfo-%u.img",
 		 ((const TaskKobjIdsEntry *)ids.msg[0])->files_id);
-	entries_free(&ids, &rd->b);
+	criu_entries_free(&ids, &rd->b);
 	r = read_entries(rd->dirfd, name, IMG_COMMON_MAGIC, FDINFO_MAGIC, &fdinfo_entry__descriptor,
 			 CRIU_IMAGES_MAX_ENTRIES, &rd->b, &fdinfo, rd->err);
 	if (r < 0)
@@ -747,7 +723,7 @@ static int process_files(struct reader *rd, struct criu_process_view *pv, unsign
 		char fd[16];
 
 		if (fi->fd > INT32_MAX) {
-			r = malformed(rd->err, name, "a descriptor out of range");
+			r = criu_malformed(rd->err, name, "a descriptor out of range");
 			break;
 		}
 		snprintf(fd, sizeof(fd), "%u", fi->fd);
@@ -757,7 +733,7 @@ static int process_files(struct reader *rd, struct criu_process_view *pv, unsign
 		if (r >= 0 && (what & CRIU_VIEW_SOCKETS))
 			r = add_socket(rd, pv, &sock_cap, fi, f);
 	}
-	entries_free(&fdinfo, &rd->b);
+	criu_entries_free(&fdinfo, &rd->b);
 	if (r < 0 || !(what & CRIU_VIEW_FILES))
 		return r;
 	snprintf(name, sizeof(name), "fs-%d.img", (int)pv->pid);
@@ -770,7 +746,7 @@ static int process_files(struct reader *rd, struct criu_process_view *pv, unsign
 	if (r == 0)
 		r = add_file(rd, pv, &file_cap, "root", "",
 			     strdup(reg_name(rd, fse->root_id) ? reg_name(rd, fse->root_id) : "?"));
-	entries_free(&fs, &rd->b);
+	criu_entries_free(&fs, &rd->b);
 	for (size_t i = pv->nfiles >= 2 ? pv->nfiles - 2 : 0; r == 0 && i < pv->nfiles; i++)
 		copy_printable(pv->files[i].path, strlen(pv->files[i].path) + 1, pv->files[i].path);
 	return r;
@@ -783,7 +759,7 @@ int criu_view_read(const char *dir, unsigned int what, struct criu_tree_view *ou
 	int r;
 
 	memset(out, 0, sizeof(*out));
-	budget_init(&rd.b);
+	criu_budget_init(&rd.b);
 	rd.dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (rd.dirfd < 0)
 		return stasis_error_errno(err, errno, "opening %s: %s", dir, strerror(errno));
@@ -799,7 +775,7 @@ int criu_view_read(const char *dir, unsigned int what, struct criu_tree_view *ou
 			continue;
 		r = process_files(&rd, &out->procs[i], what);
 	}
-	entries_free(&rd.files, &rd.b);
+	criu_entries_free(&rd.files, &rd.b);
 	free(rd.by_id);
 	close(rd.dirfd);
 	if (r < 0)

@@ -1,14 +1,14 @@
 /* SPDX-License-Identifier: MIT */
-/* What CRIU's own image files say, as crit and checkpointctl show it: its
- * statistics (stats-dump, stats-restore), its process tree (pstree.img and
- * each process's core), and each process's open files and sockets
- * (ids-PID.img, fdinfo-N.img, fs-PID.img, files.img). They are decoded with
- * the protobuf-c code CRIU's build generates from its images' .proto files. An
- * image folder is input: every file is read whole within a bound, every
- * entry within its file, every allocation of the decoder within a budget,
- * and what the views need of each field is checked. criu/criu-image.c reads
- * pstree.img and the cores too, by hand, for the manifest's process list and
- * the credentials a restore checks; the two could share one reader. */
+/* What CRIU's own image files say, decoded with the protobuf-c code CRIU's
+ * build generates from its images' .proto files: its statistics
+ * (stats-dump, stats-restore) and its process tree (pstree.img and each
+ * process's core) with each process's open files and sockets (ids-PID.img,
+ * fdinfo-N.img, fs-PID.img, files.img), as crit and checkpointctl show
+ * them; criu-tree.h reads the tree with every thread's credentials, as the
+ * manifest lists it and a restore checks it. An image folder is
+ * input: every file is read whole within a bound, every entry within its
+ * file, every allocation of the decoder within a budget, and what is used
+ * of each field is checked. */
 #ifndef STASIS_CRIU_IMAGES_H
 #define STASIS_CRIU_IMAGES_H
 
@@ -28,6 +28,7 @@
 #define CRIU_IMAGES_MAX_ENTRIES (1u << 20)   /* in one file */
 #define CRIU_IMAGES_MAX_PROCESSES (1u << 16) /* in pstree.img */
 #define CRIU_IMAGES_BUDGET (512u << 20)	     /* the decoder's memory for one read */
+#define CRIU_PID_MAX 4194304u		     /* the kernel's PID_MAX_LIMIT */
 
 /* CRIU's dump_stats_entry (images/stats.proto): times in microseconds. */
 struct criu_dump_stats {

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "criu-image.h"
+#include "criu-tree.h"
 #include "image.h"
 #include "util.h"
 

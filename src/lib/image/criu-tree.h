@@ -1,14 +1,15 @@
 /* SPDX-License-Identifier: MIT */
-/* The few facts stasis reads from CRIU's own image files: its process
- * tree (pstree.img) and each thread's name and credentials (core-TID.img).
- * The files are protobuf messages behind CRIU's magic numbers; they are
- * input, so a small decoder reads only these fields, every size bounded
- * and every field checked, and refuses what CRIU would read otherwise (a
- * field given twice, a value too big for its type, a thread without its
- * credentials). */
-#ifndef STASIS_CRIU_IMAGE_H
-#define STASIS_CRIU_IMAGE_H
+/* The facts a restore checks in CRIU's own image files: its process tree
+ * (pstree.img) and each thread's name and credentials (core-TID.img),
+ * decoded with the protobuf-c code of CRIU's build as criu-images.h's views
+ * are, and held to more: a field stasis reads given twice or a value past
+ * 32 bits is refused, as another reader (CRIU's own) could read it
+ * otherwise, and so is a tree CRIU would not restore as stated or a live
+ * thread without its credentials. */
+#ifndef STASIS_CRIU_TREE_H
+#define STASIS_CRIU_TREE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -16,16 +17,10 @@
 #include "error.h"
 #include "manifest.h"
 
-/* CRIU's magic numbers (criu/include/magic.h). */
-#define CRIU_IMG_COMMON_MAGIC 0x54564319u
-#define CRIU_PSTREE_MAGIC 0x50273030u
-#define CRIU_CORE_MAGIC 0x55053847u
-
-/* Bounds on what stasis reads: far above what a dump writes. */
-#define CRIU_IMAGE_MAX_BYTES (64u << 20)  /* pstree.img */
+/* Bounds on what is read, beside criu-images.h's: far above what a dump
+ * writes. */
 #define CRIU_CORE_MAX_BYTES (4u << 20)	  /* a core-TID.img */
 #define CRIU_IMAGE_MAX_THREADS (1u << 20) /* in the whole tree */
-#define CRIU_PID_MAX 4194304		  /* the kernel's PID_MAX_LIMIT */
 
 /* A task's state in its core (CRIU's TASK_DEAD): a zombie, restored as
  * one, without credentials or threads (CRIU writes whatever its memory
@@ -46,7 +41,7 @@ struct criu_image_tree {
 	size_t nprocs;
 };
 
-/* One thread's core, as far as stasis reads it. */
+/* One thread's core, as far as the tree reads it. */
 struct criu_image_core {
 	char comm[32];
 	uint32_t task_state; /* 0 where the core has no task state */
@@ -55,7 +50,9 @@ struct criu_image_core {
 	struct manifest_creds creds;
 };
 
-/* Decoders of a whole file's bytes, for the unit tests as for the files. */
+/* Decoders of a whole file's bytes, for the unit tests as for the files:
+ * pstree.img holds at most MANIFEST_MAX_PROCESSES processes, each after
+ * its parent, no PID twice; a core is one entry. */
 int criu_image_parse_pstree(const uint8_t *buf, size_t len, struct criu_image_tree *tree,
 			    struct stasis_error **err);
 int criu_image_parse_core(const uint8_t *buf, size_t len, struct criu_image_core *core,

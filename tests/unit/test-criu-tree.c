@@ -1,7 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /* CRIU's process tree and credentials read from crafted images, whole and
- * malformed, and the manifest's process list taken from them and checked
- * against them. */
+ * malformed (a field given twice, past 32 bits, of another wire type, a
+ * group, field 0, a varint too long, a required field missing, a shape
+ * CRIU cannot restore), and the manifest's process list taken from them and
+ * checked against them. The hostile bytes are written by hand: protobuf-c
+ * would not write them. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -15,10 +18,16 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "criu-image.h"
+#include "criu-images.h"
+#include "criu-tree.h"
 #include "image.h"
 #include "manifest.h"
 #include "util.h"
+
+/* CRIU's magic numbers (criu/include/magic.h). */
+#define CRIU_IMG_COMMON_MAGIC 0x54564319u
+#define CRIU_PSTREE_MAGIC 0x50273030u
+#define CRIU_CORE_MAGIC 0x55053847u
 
 struct buf {
 	uint8_t b[4096];
@@ -116,6 +125,8 @@ static void core_file_as(struct buf *file, const char *comm, const struct buf *c
 	struct buf core = {.n = 0}, tc = {.n = 0}, thread = {.n = 0};
 
 	put_uint(&tc, 1, state);
+	for (uint32_t f = 2; f <= 5; f++)
+		put_uint(&tc, f, 0); /* exit_code, personality, flags, blk_sigset */
 	put_string(&tc, 6, comm);
 	put_uint(&thread, 1, 0);
 	put_uint(&thread, 2, 24);
@@ -184,6 +195,7 @@ enum pstree_fault {
 	PID_ZERO,
 	PID_TOO_BIG,
 	PID_OVER_32_BITS,
+	TID_OVER_32_BITS,
 	NO_SID,
 	GROUP_FIELD,
 	FIELD_ZERO,
@@ -216,6 +228,7 @@ static void pstree_with(struct buf *b, enum pstree_fault f)
 	case PID_ZERO:
 	case PID_TOO_BIG:
 	case PID_OVER_32_BITS:
+	case TID_OVER_32_BITS:
 	case NO_SID:
 	case GROUP_FIELD:
 	case FIELD_ZERO:
@@ -244,6 +257,8 @@ static void pstree_with(struct buf *b, enum pstree_fault f)
 			put_uint(&e, 4, 100);
 		if (f == CUT_PACKED)
 			put_raw(&e, "\x2a\x02\x64\x80", 4); /* packed [100, a varint cut short] */
+		else if (f == TID_OVER_32_BITS)
+			put_uint(&e, 5, (1ull << 32) + 100);
 		else
 			put_uint(&e, 5, 100);
 		put_entry(b, &e);
@@ -311,9 +326,10 @@ static void core_whole(void **state)
 	assert_false(core.has_thread_core);
 }
 
+/* Cores each wrong in one way; the last is whole, and read. */
 static void core_malformed(void **state)
 {
-	for (int f = 0; f < 9; f++) {
+	for (int f = 0; f < 13; f++) {
 		struct buf b = {.n = 0}, core = {.n = 0}, thread = {.n = 0}, c = {.n = 0};
 		_cleanup_error_ struct stasis_error *err = NULL;
 		struct criu_image_core out;
@@ -323,16 +339,32 @@ static void core_malformed(void **state)
 				put_uint(&c, field, f == 1 && field == 1 ? 1ull << 32 : 0);
 		if (f == 2)
 			put_uint(&c, 3, 0); /* euid twice */
+		if (f != 9)
+			put_uint(&c, 13, 0); /* 9: no secbits, which CRIU requires */
+		put_uint(&thread, 1, 0);
+		put_uint(&thread, 2, 24);
 		put_message(&thread, 10, &c);
 		if (f == 3)
 			put_message(&thread, 10, &c); /* creds twice */
 		if (f == 4)
 			put_uint(&thread, 10, 1); /* creds not a message */
+		if (f == 10) {			  /* a thread's name twice */
+			put_string(&thread, 13, "a");
+			put_string(&thread, 13, "b");
+		}
 		put_uint(&core, 1, 1);
-		if (f == 5) { /* a task state that is not a number */
+		if (f == 5 || f >= 11) { /* a task state that is not a number, or twice */
 			struct buf tc = {.n = 0};
 
-			put_string(&tc, 1, "alive");
+			if (f == 5)
+				put_string(&tc, 1, "alive");
+			else
+				put_uint(&tc, 1, 1);
+			if (f == 11)
+				put_uint(&tc, 1, CRIU_TASK_DEAD);
+			for (uint32_t field = 2; field <= 5; field++)
+				put_uint(&tc, field, 0);
+			put_string(&tc, 6, "sleep");
 			put_message(&core, 3, &tc);
 		}
 		put_message(&core, 5, &thread);
@@ -342,6 +374,13 @@ static void core_malformed(void **state)
 		put_entry(&b, &core);
 		if (f == 8)
 			put_entry(&b, &core); /* a second entry */
+		if (f == 12) {
+			assert_int_equal(criu_image_parse_core(b.b, b.n, &out, &err), 0);
+			assert_true(out.has_creds);
+			assert_int_equal(out.task_state, 1);
+			assert_string_equal(out.comm, "sleep");
+			continue;
+		}
 		if (criu_image_parse_core(b.b, b.n, &out, &err) == 0)
 			fail_msg("malformed core %d was read", f);
 		assert_non_null(err);
