@@ -94,6 +94,30 @@ test_stage_killed_while_writing() {
 	reap "$pid"
 }
 
+# A killed run's staging folder with a mount whose name the mount table
+# escapes (a space, a tab, a backslash, a newline; a tmpfs stands in for
+# its FUSE folder, a PID that is gone for its owner): the next
+# checkpoint's sweep detaches it by its real name and removes the folder.
+test_stage_sweeps_escaped_mount() {
+	local w="$TMP/st6" pid root="$TMP/st6-stage" dead=4000000 old name
+	name=$'served a\tb\\c\nd'
+	mount_stage "$root" 64m || return 1
+	while kill -0 "$dead" 2>/dev/null; do dead=$((dead + 1)); done
+	old="$root/stasis-stage-$dead-abcdef"
+	mkdir -m 700 "$old" && mkdir "$old/$name" && mount -t tmpfs none "$old/$name" &&
+		touch "$old/$name/pages-1.img" || { fail "no stand-in"; return 1; }
+	grep -qF 'served\040a\011b\134c\012d' /proc/self/mountinfo || { fail "not escaped: $(grep -F "$root" /proc/self/mountinfo)"; return 1; }
+	start_workload "$w" || return 1
+	STASIS_STAGE_DIR=$root "$STASIS" checkpoint "$pid" -D "$w/img" --leave-running \
+		>/dev/null 2>"$w/err" || { fail "$(cat "$w/err")"; return 1; }
+	grep -qF "$old" /proc/self/mountinfo && { fail "the dead run's mount is left"; return 1; }
+	[ -z "$(stages_in "$root")" ] || { fail "not swept: $(stages_in "$root")"; return 1; }
+	grep -q "removed $old .*left by stasis PID $dead, which was killed" "$w/err" ||
+		{ fail "the sweep said: $(cat "$w/err")"; return 1; }
+	kill -TERM "$pid"
+	reap "$pid"
+}
+
 # SIGTERM while the staged image is written: one line, non-zero, the tree
 # runs on, and nothing of the image is kept.
 test_stage_interrupted_while_writing() {

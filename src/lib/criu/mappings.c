@@ -13,6 +13,7 @@
 #include <linux/magic.h>
 #include <unistd.h>
 
+#include "mounts.h"
 #include "proc.h"
 #include "shm-remap.h"
 #include "util.h"
@@ -117,67 +118,17 @@ static bool deleted_unlinked(int dirfd, const char *entry, const char *path, dev
 	       st.st_dev != shmem_dev;
 }
 
-/* Undo mountinfo's octal escapes (a space is "\040") in place. */
-static void unescape_octal(char *s)
-{
-	char *out = s;
-
-	for (; *s; s++, out++) {
-		if (s[0] == '\\' && s[1] >= '0' && s[1] <= '3' && s[2] >= '0' && s[2] <= '7' &&
-		    s[3] >= '0' && s[3] <= '7') {
-			*out = (char)((s[1] - '0') * 64 + (s[2] - '0') * 8 + (s[3] - '0'));
-			s += 3;
-		} else {
-			*out = *s;
-		}
-	}
-	*out = '\0';
-}
-
 /* Whether a FUSE mount (in pid's /proc/PID/mountinfo, whose mount points
  * are within pid's root) is at path or one of its folders: a stat there
  * asks the mount's daemon, which a user runs and can leave unanswered,
  * holding stasis for ever. Read before any stat of the path; where the
- * table cannot be read, as though one were. */
+ * table cannot be read or understood, as though one were. */
 static bool path_crosses_fuse(pid_t pid, const char *path, size_t len)
 {
-	char name[64];
-	_cleanup_fclose_ FILE *f = NULL;
-	_cleanup_free_ char *line = NULL;
-	size_t cap = 0;
+	char table[64];
 
-	snprintf(name, sizeof(name), "/proc/%d/mountinfo", (int)pid);
-	f = fopen(name, "re");
-	if (!f)
-		return true;
-	/* Whole lines, however long: a point cut short would match nothing. */
-	while (getline(&line, &cap, f) > 0) {
-		char *save = NULL, *point = NULL, *type = NULL, *field;
-		bool after_tags = false;
-		size_t n;
-
-		/* ID PARENT MAJ:MIN ROOT POINT OPTIONS [TAGS...] - TYPE SOURCE OPTIONS:
-		 * fields split by spaces, a space within one escaped. */
-		field = strtok_r(line, " \n", &save);
-		for (int k = 1; field && !type; k++, field = strtok_r(NULL, " \n", &save)) {
-			if (k == 5)
-				point = field;
-			else if (after_tags)
-				type = field;
-			else if (k > 6 && strcmp(field, "-") == 0)
-				after_tags = true;
-		}
-		if (!point || !type)
-			return true; /* a line not understood: as though FUSE */
-		if (strncmp(type, "fuse", 4) != 0)
-			continue;
-		unescape_octal(point);
-		n = strlen(point);
-		if (strcmp(point, "/") == 0 ||
-		    (n <= len && memcmp(path, point, n) == 0 && (n == len || path[n] == '/')))
-			return true;
-	}
-	return false;
+	snprintf(table, sizeof(table), "/proc/%d/mountinfo", (int)pid);
+	return mounts_fuse_covers(table, path, len);
 }
 
 /* Whether path is absolute with no empty, "." or ".." part: the mount

@@ -25,6 +25,7 @@
 #include "image-pack.h"
 #include "image-stage.h"
 #include "image.h"
+#include "mounts.h"
 #include "note.h"
 #include "progress.h"
 #include "stasis.h"
@@ -64,18 +65,28 @@ static pid_t stage_owner(const char *name)
 	return *end == '-' && pid > 0 ? (pid_t)pid : 0;
 }
 
+struct mounts_below {
+	const char *path;
+	size_t len;
+};
+
+static int unmount_if_below(const struct mount_entry *m, void *ctx)
+{
+	const struct mounts_below *b = ctx;
+
+	if (strncmp(m->point, b->path, b->len) == 0 &&
+	    (m->point[b->len] == '/' || m->point[b->len] == '\0'))
+		umount2(m->point, MNT_DETACH);
+	return 0;
+}
+
 /* What a killed owner left mounted at or below path (a FUSE folder that
  * served its pages, dead with it) is detached, so that the folder can go. */
 static void unmount_below(const char *path)
 {
-	_cleanup_fclose_ FILE *f = fopen("/proc/self/mountinfo", "re");
-	size_t len = strlen(path);
-	char line[PATH_MAX + 512], point[PATH_MAX + 1];
+	struct mounts_below b = {.path = path, .len = strlen(path)};
 
-	while (f && fgets(line, sizeof(line), f))
-		if (sscanf(line, "%*s %*s %*s %*s %4096s", point) == 1 &&
-		    strncmp(point, path, len) == 0 && (point[len] == '/' || point[len] == '\0'))
-			umount2(point, MNT_DETACH);
+	mounts_each("/proc/self/mountinfo", unmount_if_below, &b, NULL);
 }
 
 /* Only a folder stasis made (root's, 0700, as mkdtemp makes it) is taken
