@@ -3,7 +3,14 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <libmnl/libmnl.h>
+#include <linux/inet_diag.h>
+#include <linux/sock_diag.h>
 #include <linux/sockios.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <sched.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/ioctl.h>
@@ -11,6 +18,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/sysmacros.h>
+#include <sys/time.h>
 #include <sys/un.h>
 #include <limits.h>
 #include <stdio.h>
@@ -54,13 +62,16 @@ static int add_socket_fd(int dirfd, const char *fd, const char *target, void *ct
 	return 0;
 }
 
-/* The TCP states CRIU saves only with --tcp-established (include/net/tcp_states.h):
- * ESTABLISHED, SYN_SENT, FIN_WAIT1, FIN_WAIT2, CLOSE_WAIT, LAST_ACK, CLOSING. */
-static bool connected_state(unsigned int st)
-{
-	return st == 0x01 || st == 0x02 || st == 0x04 || st == 0x05 || st == 0x08 || st == 0x09 ||
-	       st == 0x0B;
-}
+/* The TCP states CRIU saves only with --tcp-established (include/net/tcp_states.h),
+ * as sock_diag's bitmask of states. */
+#define CONNECTED_STATES                                                                           \
+	(1u << TCP_ESTABLISHED | 1u << TCP_SYN_SENT | 1u << TCP_FIN_WAIT1 | 1u << TCP_FIN_WAIT2 |  \
+	 1u << TCP_CLOSE_WAIT | 1u << TCP_LAST_ACK | 1u << TCP_CLOSING)
+
+/* A dump's messages fill the reader's buffer up to the size it read with
+ * (netlink's max_recvmsg_len, 32 KiB at most): libmnl's later
+ * MNL_SOCKET_DUMP_SIZE. */
+#define DIAG_BUFFER 32768
 
 static bool has_inode(const struct socket_fds *set, unsigned long ino)
 {
@@ -70,27 +81,163 @@ static bool has_inode(const struct socket_fds *set, unsigned long ino)
 	return false;
 }
 
-/* The first connected socket of pid's in /proc/PID/net/TABLE: its ports. */
-static bool find_connected(pid_t pid, const char *table, const struct socket_fds *set,
-			   unsigned int *local, unsigned int *remote)
+/* What the search for a connected TCP socket of pid's found: its ports,
+ * or where none was found, what failed. */
+struct tcp_search {
+	const struct socket_fds *set;
+	bool found;
+	unsigned int local, remote;
+	const char *failed;
+};
+
+static void mnl_socket_closep(struct mnl_socket **nl)
 {
-	char path[64], line[512];
-	_cleanup_fclose_ FILE *f = NULL;
+	if (*nl)
+		mnl_socket_close(*nl);
+}
 
-	snprintf(path, sizeof(path), "/proc/%d/net/%s", (int)pid, table);
-	f = fopen(path, "re");
-	while (f && fgets(line, sizeof(line), f)) {
-		unsigned int st;
-		unsigned long ino;
+/* A netlink socket of NETLINK_SOCK_DIAG made in the network namespace of
+ * nsfd, by a thread of its own that joins it: a socket keeps the namespace
+ * it was made in, and the thread's end leaves stasis's threads in theirs. */
+struct ns_socket {
+	int nsfd;
+	int sk; /* or -errno */
+};
 
-		/* sl local:port remote:port st tx:rx tr:when retrnsmt uid timeout inode */
-		if (sscanf(line,
-			   " %*u: %*[0-9A-Fa-f]:%x %*[0-9A-Fa-f]:%x %x %*s %*s %*s %*u %*u %lu",
-			   local, remote, &st, &ino) == 4 &&
-		    connected_state(st) && has_inode(set, ino))
-			return true;
+static void *make_ns_socket(void *arg)
+{
+	struct ns_socket *n = arg;
+
+	if (setns(n->nsfd, CLONE_NEWNET) < 0)
+		n->sk = -errno;
+	else if ((n->sk = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_SOCK_DIAG)) < 0)
+		n->sk = -errno;
+	return NULL;
+}
+
+/* A sock_diag socket in pid's network namespace (the one its
+ * /proc/PID/net/tcp shows), each of whose waits ends within a second; -errno
+ * with s->failed set where it cannot be made. */
+static int diag_socket(pid_t pid, struct tcp_search *s)
+{
+	static const struct timeval second = {.tv_sec = 1};
+	_cleanup_close_ int nsfd = -1;
+	struct ns_socket n;
+	pthread_t thread;
+	char path[64];
+	int r;
+
+	snprintf(path, sizeof(path), "/proc/%d/ns/net", (int)pid);
+	nsfd = open(path, O_RDONLY | O_CLOEXEC);
+	if (nsfd < 0) {
+		s->failed = "its network namespace cannot be opened";
+		return -errno;
 	}
-	return false;
+	n = (struct ns_socket){.nsfd = nsfd, .sk = -EAGAIN};
+	r = pthread_create(&thread, NULL, make_ns_socket, &n);
+	if (r != 0) {
+		s->failed = "no thread can join its network namespace";
+		return -r;
+	}
+	pthread_join(thread, NULL);
+	if (n.sk < 0) {
+		s->failed = "no sock_diag socket can be made in its network namespace";
+		return n.sk;
+	}
+	if (setsockopt(n.sk, SOL_SOCKET, SO_RCVTIMEO, &second, sizeof(second)) < 0 ||
+	    setsockopt(n.sk, SOL_SOCKET, SO_SNDTIMEO, &second, sizeof(second)) < 0) {
+		r = -errno;
+		close(n.sk);
+		s->failed = "its sock_diag socket cannot be given a deadline";
+		return r;
+	}
+	return n.sk;
+}
+
+/* One socket of a sock_diag dump: the search's end where it is one of pid's. */
+static int on_tcp_socket(const struct nlmsghdr *nlh, void *data)
+{
+	const struct inet_diag_msg *msg = mnl_nlmsg_get_payload(nlh);
+	struct tcp_search *s = data;
+
+	if (mnl_nlmsg_get_payload_len(nlh) < sizeof(*msg)) {
+		errno = EBADMSG;
+		return MNL_CB_ERROR;
+	}
+	if (!has_inode(s->set, msg->idiag_inode))
+		return MNL_CB_OK;
+	s->found = true;
+	s->local = ntohs(msg->id.idiag_sport);
+	s->remote = ntohs(msg->id.idiag_dport);
+	return MNL_CB_STOP;
+}
+
+/* Dump the TCP sockets of family in the connected states through nl until
+ * one of s's is found or the dump ends; -errno with s->failed set where the
+ * kernel does not answer in time or answers with an error. */
+static int dump_tcp(struct mnl_socket *nl, uint8_t family, struct tcp_search *s)
+{
+	_cleanup_free_ char *buf = malloc(DIAG_BUFFER);
+	unsigned int seq = family, portid = mnl_socket_get_portid(nl);
+	struct inet_diag_req_v2 *req;
+	struct nlmsghdr *nlh;
+	ssize_t n;
+	int r;
+
+	if (!buf) {
+		s->failed = "out of memory";
+		return -ENOMEM;
+	}
+	nlh = mnl_nlmsg_put_header(buf);
+	nlh->nlmsg_type = SOCK_DIAG_BY_FAMILY;
+	nlh->nlmsg_flags = NLM_F_REQUEST | NLM_F_DUMP;
+	nlh->nlmsg_seq = seq;
+	req = mnl_nlmsg_put_extra_header(nlh, sizeof(*req));
+	req->sdiag_family = family;
+	req->sdiag_protocol = IPPROTO_TCP;
+	req->idiag_states = CONNECTED_STATES;
+	s->failed = "sock_diag cannot be asked for its TCP sockets";
+	if (mnl_socket_sendto(nl, nlh, nlh->nlmsg_len) < 0)
+		return errno == EAGAIN ? -ETIMEDOUT : -errno;
+	s->failed = "sock_diag's dump of its TCP sockets failed";
+	do {
+		n = mnl_socket_recvfrom(nl, buf, DIAG_BUFFER);
+		if (n < 0)
+			return errno == EAGAIN ? -ETIMEDOUT : -errno;
+		r = mnl_cb_run(buf, n, seq, portid, on_tcp_socket, s);
+	} while (r == MNL_CB_OK);
+	if (r < 0)
+		return -errno;
+	s->failed = NULL;
+	return 0;
+}
+
+/* Find the first TCP socket of pid's among set that is connected or
+ * closing, by sock_diag in pid's network namespace, IPv4 then IPv6: its
+ * ports in s. -errno with s->failed set where the kernel cannot be asked:
+ * then nobody can say there is none. */
+static int find_connected(pid_t pid, struct tcp_search *s)
+{
+	_cleanup_(mnl_socket_closep) struct mnl_socket *nl = NULL;
+	int sk = diag_socket(pid, s), r;
+
+	if (sk < 0)
+		return sk;
+	nl = mnl_socket_fdopen(sk);
+	if (!nl) {
+		r = -errno;
+		close(sk);
+		s->failed = "its sock_diag socket cannot be used";
+		return r;
+	}
+	if (mnl_socket_bind(nl, 0, MNL_SOCKET_AUTOPID) < 0) {
+		s->failed = "its sock_diag socket cannot be bound";
+		return -errno;
+	}
+	r = dump_tcp(nl, AF_INET, s);
+	if (r == 0 && !s->found)
+		r = dump_tcp(nl, AF_INET6, s);
+	return r;
 }
 
 /* Where CRIU's restore binds a unix socket of pid's again, as root, then
@@ -364,15 +511,23 @@ static int refuse_tcp(const struct manifest_process *p, unsigned int local, unsi
 				      "or close it first");
 }
 
+static int refuse_tcp_unchecked(const struct manifest_process *p, const char *why, int r,
+				struct stasis_error **err)
+{
+	stasis_error_set(err, -r, STASIS_DOMAIN_SYSTEM, -r,
+			 "the TCP sockets of PID %d (%s) cannot be checked: %s: %s", (int)p->pid,
+			 p->comm, why, strerror(-r));
+	return stasis_error_hint(err, "nothing was changed");
+}
+
 int sockets_check(const struct manifest *m, struct stasis_error **err)
 {
 	for (size_t i = 0; i < m->nprocs; i++) {
 		const struct manifest_process *p = &m->procs[i];
 		struct socket_fds set = {0};
+		struct tcp_search tcp = {.set = &set};
 		char path[PATH_MAX];
-		unsigned int local, remote;
-		bool connected = false;
-		int r;
+		int r, asked = 0;
 
 		/* Each process's descriptors read once, for both kinds. */
 		r = proc_each_fd(p->pid, add_socket_fd, &set);
@@ -381,9 +536,8 @@ int sockets_check(const struct manifest *m, struct stasis_error **err)
 			return refuse_unlooked(p, "(out of memory)", r, err);
 		}
 		r = set.n ? find_exposed_unix(p->pid, &set, path, sizeof(path)) : UNIX_SAFE;
-		if (r == UNIX_SAFE && !m->options.tcp_established)
-			connected = find_connected(p->pid, "tcp", &set, &local, &remote) ||
-				    find_connected(p->pid, "tcp6", &set, &local, &remote);
+		if (r == UNIX_SAFE && set.n && !m->options.tcp_established)
+			asked = find_connected(p->pid, &tcp);
 		free(set.at);
 		if (r < 0)
 			return refuse_unlooked(p, path, r, err);
@@ -395,8 +549,10 @@ int sockets_check(const struct manifest *m, struct stasis_error **err)
 			return refuse_elsewhere(p, path, err);
 		if (r == UNIX_ODD_NAME)
 			return refuse_odd_name(p, path, err);
-		if (connected)
-			return refuse_tcp(p, local, remote, err);
+		if (asked < 0)
+			return refuse_tcp_unchecked(p, tcp.failed, asked, err);
+		if (tcp.found)
+			return refuse_tcp(p, tcp.local, tcp.remote, err);
 	}
 	return 0;
 }

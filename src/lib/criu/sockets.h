@@ -18,7 +18,8 @@
  * socket's clients to it by path, as root. Then, unless m's options
  * keep established connections, one that holds a TCP socket connected or
  * closing (CRIU's sk-inet.c refuses those states), naming the process and
- * the connection's ports. */
+ * the connection's ports: found by sock_diag in the process's network
+ * namespace, and refused too where the kernel cannot be asked. */
 int sockets_check(const struct manifest *m, struct stasis_error **err);
 
 #endif
