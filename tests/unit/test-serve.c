@@ -271,6 +271,23 @@ static void ahead_only_while_reading(void **state)
 	free(buf);
 }
 
+/* Stopping does not wait for a reader that keeps a file open: the
+ * connection ends with the server, and the open file reads no more. */
+static void stop_with_a_file_open(void **state)
+{
+	char c;
+	int fd;
+
+	(void)state;
+	if ((fd = open_served()) < 0)
+		return;
+	assert_int_equal(pread(fd, &c, 1, 0), 1);
+	image_serve_stop(server);
+	server = NULL;
+	assert_int_equal(pread(fd, &c, 1, 1), -1);
+	close(fd);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -279,6 +296,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(fail_wakes_readers, setup, teardown),
 	    cmocka_unit_test_setup_teardown(read_blocks_are_given_back, setup, teardown),
 	    cmocka_unit_test_setup_teardown(ahead_only_while_reading, setup, teardown),
+	    cmocka_unit_test_setup_teardown(stop_with_a_file_open, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

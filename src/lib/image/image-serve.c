@@ -6,13 +6,17 @@
  * opened for direct I/O: each reply is copied once, from the decompressed
  * buffer straight into the memory CRIU restores, with no page cache
  * between, and a block read whole is given back at once, so that the
- * restore does not hold the image in memory twice. The protocol is spoken over /dev/fuse directly:
- * a reader makes a handful of requests, which need no library. */
+ * restore does not hold the image in memory twice. The requests are
+ * decoded and answered by libfuse's low-level API; the mount and the
+ * threads that take the requests are this file's (serve_mount,
+ * serve_thread say why). */
+#define FUSE_USE_VERSION 35
+
 #include "image-serve.h"
 
 #include <errno.h>
 #include <fcntl.h>
-#include <linux/fuse.h>
+#include <fuse_lowlevel.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdbool.h>
@@ -23,7 +27,6 @@
 #include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
-#include <sys/uio.h>
 #include <unistd.h>
 
 #include "util.h"
@@ -31,11 +34,9 @@
 #define SERVE_THREADS 8
 /* The largest read request: 256 pages, what FUSE_MAX_PAGES allows. */
 #define SERVE_MAX_READ (1u << 20)
-/* Requests are small, but the kernel wants room for its largest write. */
-#define SERVE_BUF (SERVE_MAX_READ + 4096)
 #define FIRST_FILE_ID (FUSE_ROOT_ID + 1)
 /* Nothing here changes its name or size: let the kernel cache that. */
-#define VALID_SECS 3600
+#define VALID_SECS 3600.0
 #define PAGE 4096u
 /* CRIU is still reading when its last read was this recent. */
 #define READING_US 100000
@@ -54,7 +55,7 @@ struct serve_block {
 };
 
 struct image_server {
-	int fd;
+	struct fuse_session *se;
 	int wake; /* eventfd: the threads stop */
 	char mnt[PATH_MAX];
 	struct serve_file *files;
@@ -68,101 +69,80 @@ struct image_server {
 	unsigned int nthreads;
 };
 
-static bool reply(struct image_server *s, uint64_t unique, int error, const void *arg, size_t len)
+static struct serve_file *file_of(struct image_server *s, fuse_ino_t ino)
 {
-	struct fuse_out_header h = {
-	    .len = (uint32_t)(sizeof(h) + (error ? 0 : len)), .error = error, .unique = unique};
-	struct iovec iov[2] = {{&h, sizeof(h)}, {(void *)arg, len}};
-
-	if (writev(s->fd, iov, error || !len ? 1 : 2) >= 0)
-		return true;
-	/* ENOENT: the reader was interrupted and no longer waits. */
-	if (errno != ENOENT)
-		fprintf(stderr, "stasis: image server: reply: %s\n", strerror(errno));
-	return false;
+	return ino >= FIRST_FILE_ID && ino - FIRST_FILE_ID < s->nfiles
+		   ? &s->files[ino - FIRST_FILE_ID]
+		   : NULL;
 }
 
-static struct serve_file *file_of(struct image_server *s, uint64_t id)
+static void fill_attr(struct image_server *s, fuse_ino_t ino, struct stat *st)
 {
-	return id >= FIRST_FILE_ID && id - FIRST_FILE_ID < s->nfiles ? &s->files[id - FIRST_FILE_ID]
-								     : NULL;
-}
+	struct serve_file *f = file_of(s, ino);
 
-static void fill_attr(struct image_server *s, uint64_t id, struct fuse_attr *a)
-{
-	struct serve_file *f = file_of(s, id);
-
-	*a = (struct fuse_attr){.ino = id, .nlink = 1, .blksize = 4096, .uid = 0, .gid = 0};
+	*st = (struct stat){.st_ino = ino, .st_nlink = 1, .st_blksize = 4096};
 	if (f) {
-		a->mode = S_IFREG | 0444;
-		a->size = f->size;
-		a->blocks = (f->size + 511) / 512;
+		st->st_mode = S_IFREG | 0444;
+		st->st_size = (off_t)f->size;
+		st->st_blocks = (blkcnt_t)((f->size + 511) / 512);
 	} else {
-		a->mode = S_IFDIR | 0555;
-		a->nlink = 2;
+		st->st_mode = S_IFDIR | 0555;
+		st->st_nlink = 2;
 	}
 }
 
-static void serve_init(struct image_server *s, const struct fuse_in_header *in,
-		       const struct fuse_init_in *arg)
+/* The kernel may read ahead and keep several requests of one direct read
+ * in flight; nothing else libfuse turns on by default is wanted here.
+ * max_write stays libfuse's: the pages a request may carry, and so the
+ * largest read, are derived from it. max_read must match the option given
+ * to fuse_session_new. */
+static void serve_init(void *userdata, struct fuse_conn_info *conn)
 {
-	struct fuse_init_out out = {
-	    .major = FUSE_KERNEL_VERSION,
-	    .minor = FUSE_KERNEL_MINOR_VERSION,
-	    .max_readahead = arg->max_readahead,
-	    .flags = arg->flags & (FUSE_ASYNC_DIO | FUSE_MAX_PAGES | FUSE_ASYNC_READ),
-	    .max_background = SERVE_THREADS * 2,
-	    .congestion_threshold = SERVE_THREADS * 2,
-	    .max_write = 4096,
-	    .time_gran = 1,
-	    .max_pages = SERVE_MAX_READ / 4096,
-	};
-
-	if (arg->major != FUSE_KERNEL_VERSION) {
-		reply(s, in->unique, -EPROTO, NULL, 0);
-		return;
-	}
-	if (arg->minor < out.minor)
-		out.minor = arg->minor;
-	reply(s, in->unique, 0, &out, sizeof(out));
+	conn->want &= FUSE_CAP_ASYNC_READ | FUSE_CAP_ASYNC_DIO;
+	conn->max_read = SERVE_MAX_READ;
+	conn->max_background = SERVE_THREADS * 2;
+	conn->congestion_threshold = SERVE_THREADS * 2;
 }
 
-static void serve_lookup(struct image_server *s, const struct fuse_in_header *in, const char *name)
+static void serve_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
-	struct fuse_entry_out out = {.entry_valid = VALID_SECS, .attr_valid = VALID_SECS};
+	struct image_server *s = fuse_req_userdata(req);
+	struct fuse_entry_param e = {.attr_timeout = VALID_SECS, .entry_timeout = VALID_SECS};
 
-	for (size_t i = 0; in->nodeid == FUSE_ROOT_ID && i < s->nfiles; i++) {
+	for (size_t i = 0; parent == FUSE_ROOT_ID && i < s->nfiles; i++) {
 		if (strcmp(s->files[i].name, name) != 0)
 			continue;
-		out.nodeid = FIRST_FILE_ID + i;
-		fill_attr(s, out.nodeid, &out.attr);
-		reply(s, in->unique, 0, &out, sizeof(out));
+		e.ino = FIRST_FILE_ID + i;
+		fill_attr(s, e.ino, &e.attr);
+		fuse_reply_entry(req, &e);
 		return;
 	}
-	reply(s, in->unique, -ENOENT, NULL, 0);
+	fuse_reply_err(req, ENOENT);
 }
 
-static void serve_getattr(struct image_server *s, const struct fuse_in_header *in)
+static void serve_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-	struct fuse_attr_out out = {.attr_valid = VALID_SECS};
+	struct stat st;
 
-	fill_attr(s, in->nodeid, &out.attr);
-	reply(s, in->unique, 0, &out, sizeof(out));
+	fill_attr(fuse_req_userdata(req), ino, &st);
+	fuse_reply_attr(req, &st, VALID_SECS);
 }
 
-static void serve_open(struct image_server *s, const struct fuse_in_header *in,
-		       const struct fuse_open_in *arg)
+static void serve_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-	struct fuse_open_out out = {.fh = in->nodeid};
-
-	if (in->opcode == FUSE_OPEN) {
-		if ((arg->flags & O_ACCMODE) != O_RDONLY) {
-			reply(s, in->unique, -EROFS, NULL, 0);
-			return;
-		}
-		out.open_flags = FOPEN_DIRECT_IO;
+	if ((fi->flags & O_ACCMODE) != O_RDONLY) {
+		fuse_reply_err(req, EROFS);
+		return;
 	}
-	reply(s, in->unique, 0, &out, sizeof(out));
+	fi->direct_io = 1;
+	fuse_reply_open(req, fi);
+}
+
+/* An empty listing: readers know their names. */
+static void serve_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+			  struct fuse_file_info *fi)
+{
+	fuse_reply_buf(req, NULL, 0);
 }
 
 static uint64_t block_len(const struct serve_file *f, uint64_t b)
@@ -218,123 +198,136 @@ static void sent_read(struct serve_file *f, uint64_t off, uint64_t end)
 }
 
 /* Waits until the bytes asked for are there, and sends them. */
-static void serve_read(struct image_server *s, const struct fuse_in_header *in,
-		       const struct fuse_read_in *arg)
+static void serve_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		       struct fuse_file_info *fi)
 {
-	struct serve_file *f = file_of(s, arg->fh);
-	uint64_t end;
+	struct image_server *s = fuse_req_userdata(req);
+	struct serve_file *f = file_of(s, ino);
+	uint64_t start = (uint64_t)off, end;
 	bool failed;
 
 	if (!f) {
-		reply(s, in->unique, -EBADF, NULL, 0);
+		fuse_reply_err(req, EBADF);
 		return;
 	}
-	if (arg->offset >= f->size) {
-		reply(s, in->unique, 0, NULL, 0);
+	if (off < 0 || start >= f->size) {
+		fuse_reply_buf(req, NULL, 0);
 		return;
 	}
-	end = f->size - arg->offset < arg->size ? f->size : arg->offset + arg->size;
+	end = f->size - start < size ? f->size : start + size;
 	pthread_mutex_lock(&s->lock);
 	s->waiting++;
 	while (f->ready < end && !s->failed)
 		pthread_cond_wait(&s->changed, &s->lock);
 	s->waiting--;
-	failed = f->ready < end || given_back(f, arg->offset, end);
+	failed = f->ready < end || given_back(f, start, end);
 	if (!failed) {
 		/* Counted before the reply: the reader may read on, and ask
 		 * how far it got, as soon as the reply is written. */
-		count_read(f, arg->offset, end);
-		f->sent += end - arg->offset;
+		count_read(f, start, end);
+		f->sent += end - start;
 		s->last_read = now_usec();
 		if (!s->first_read)
 			s->first_read = s->last_read;
 	}
 	pthread_mutex_unlock(&s->lock);
 	if (failed) {
-		reply(s, in->unique, -EIO, NULL, 0);
+		fuse_reply_err(req, EIO);
 		return;
 	}
-	reply(s, in->unique, 0, f->data + arg->offset, (size_t)(end - arg->offset));
+	/* Written to /dev/fuse from the buffer itself (libfuse's writev of
+	 * the header and these bytes): the kernel's copy is the only one. */
+	fuse_reply_buf(req, (const char *)f->data + start, (size_t)(end - start));
 	pthread_mutex_lock(&s->lock);
-	sent_read(f, arg->offset, end);
+	sent_read(f, start, end);
 	pthread_mutex_unlock(&s->lock);
 }
 
-static void serve_request(struct image_server *s, const struct fuse_in_header *in)
-{
-	const void *arg = in + 1;
+/* What is left out libfuse answers: opendir and release succeed, flush
+ * says ENOSYS (the kernel then sends none, and close succeeds), statfs
+ * describes an empty file system, the rest ENOSYS. */
+static const struct fuse_lowlevel_ops serve_ops = {
+    .init = serve_init,
+    .lookup = serve_lookup,
+    .getattr = serve_getattr,
+    .open = serve_open,
+    .read = serve_read,
+    .readdir = serve_readdir,
+};
 
-	switch (in->opcode) {
-	case FUSE_INIT:
-		serve_init(s, in, arg);
-		break;
-	case FUSE_LOOKUP:
-		serve_lookup(s, in, arg);
-		break;
-	case FUSE_GETATTR:
-		serve_getattr(s, in);
-		break;
-	case FUSE_OPEN:
-	case FUSE_OPENDIR:
-		serve_open(s, in, arg);
-		break;
-	case FUSE_READ:
-		serve_read(s, in, arg);
-		break;
-	case FUSE_READDIR: /* an empty listing: readers know their names */
-	case FUSE_RELEASE:
-	case FUSE_RELEASEDIR:
-	case FUSE_FLUSH:
-		reply(s, in->unique, 0, NULL, 0);
-		break;
-	case FUSE_FORGET: /* these take no answer */
-	case FUSE_BATCH_FORGET:
-	case FUSE_INTERRUPT:
-		break;
-	default:
-		reply(s, in->unique, -ENOSYS, NULL, 0);
-	}
-}
-
-/* Reads requests until told to stop or the folder is unmounted. The fd
- * is non-blocking, as the threads share it. */
+/* Each thread takes requests until told to stop or the folder is
+ * unmounted. Not fuse_session_loop_mt: its threads wait in a blocking read
+ * of /dev/fuse that only a signal or the end of the connection interrupts,
+ * and a reader that keeps a file open keeps the connection after the
+ * unmount. Here the descriptor is non-blocking, shared by the threads,
+ * and each waits in poll for a request or the eventfd that stops it. */
 static void *serve_thread(void *arg)
 {
 	struct image_server *s = arg;
-	struct pollfd pfd[2] = {{.fd = s->fd, .events = POLLIN}, {.fd = s->wake, .events = POLLIN}};
-	void *buf = malloc(SERVE_BUF);
+	struct pollfd pfd[2] = {{.fd = fuse_session_fd(s->se), .events = POLLIN},
+				{.fd = s->wake, .events = POLLIN}};
+	struct fuse_buf buf = {.mem = NULL}; /* libfuse allocates it, for the largest request */
 
-	while (buf) {
-		ssize_t n;
+	while (!fuse_session_exited(s->se)) {
+		int r;
 
 		if (poll(pfd, 2, -1) < 0 && errno != EINTR)
 			break;
 		if (pfd[1].revents)
 			break;
-		n = read(s->fd, buf, SERVE_BUF);
-		if (n < 0 && (errno == EAGAIN || errno == EINTR || errno == ENOENT))
-			continue;
-		if (n < (ssize_t)sizeof(struct fuse_in_header))
-			break; /* ENODEV: unmounted */
-		serve_request(s, buf);
+		r = fuse_session_receive_buf(s->se, &buf);
+		if (r == -EAGAIN || r == -EINTR)
+			continue; /* another thread took it */
+		if (r <= 0)
+			break; /* 0: unmounted */
+		fuse_session_process_buf(s->se, &buf);
 	}
-	free(buf);
+	free(buf.mem);
 	return NULL;
 }
 
-static int serve_mount(struct image_server *s)
+/* Mounts mnt over a descriptor of /dev/fuse, non-blocking for
+ * serve_thread, and hands that to libfuse (fuse_session_mount's /dev/fd/N
+ * form). Not fuse_session_mount with the folder: where mount(2) says EPERM
+ * it runs the fusermount3 helper, and as root where /etc/mtab is a file it
+ * runs mount and umount; stasis runs no program for this, and returns the
+ * mount's own errno. Nothing is left mounted on failure. */
+static int serve_mount(struct image_server *s, const char *mnt)
 {
-	char opts[256];
+	_cleanup_close_ int fd = open("/dev/fuse", O_RDWR | O_CLOEXEC | O_NONBLOCK);
+	char opts[256], devfd[32];
 
-	s->fd = open("/dev/fuse", O_RDWR | O_CLOEXEC | O_NONBLOCK);
-	if (s->fd < 0)
+	if (fd < 0)
 		return -errno;
 	snprintf(opts, sizeof(opts),
-		 "fd=%d,rootmode=40000,user_id=%u,group_id=%u,allow_other,max_read=%u", s->fd,
+		 "fd=%d,rootmode=40000,user_id=%u,group_id=%u,allow_other,max_read=%u", fd,
 		 getuid(), getgid(), SERVE_MAX_READ);
-	if (mount("stasis", s->mnt, "fuse.stasis", MS_NOSUID | MS_NODEV | MS_RDONLY, opts) < 0)
+	if (mount("stasis", mnt, "fuse.stasis", MS_NOSUID | MS_NODEV | MS_RDONLY, opts) < 0)
 		return -errno;
+	snprintf(devfd, sizeof(devfd), "/dev/fd/%d", fd);
+	if (fuse_session_mount(s->se, devfd) < 0) {
+		/* Closed first: the kernel then has no server to wait for. */
+		close(TAKE_FD(fd));
+		umount2(mnt, MNT_DETACH);
+		return -EBADF;
+	}
+	TAKE_FD(fd); /* the session's: fuse_session_destroy closes it */
+	snprintf(s->mnt, sizeof(s->mnt), "%s", mnt);
 	return 0;
+}
+
+/* The session, told max_read as the kernel is; libfuse checks that
+ * serve_init says the same. */
+static int serve_session(struct image_server *s)
+{
+	char name[] = "stasis", o[] = "-o", max_read[32];
+	char *argv[] = {name, o, max_read};
+	struct fuse_args args = FUSE_ARGS_INIT(3, argv);
+
+	snprintf(max_read, sizeof(max_read), "max_read=%u", SERVE_MAX_READ);
+	s->se = fuse_session_new(&args, &serve_ops, sizeof(serve_ops), s);
+	fuse_opt_free_args(&args);
+	return s->se ? 0 : -ENOMEM;
 }
 
 int image_serve_start(const char *mnt, struct serve_file *files, size_t nfiles,
@@ -347,8 +340,6 @@ int image_serve_start(const char *mnt, struct serve_file *files, size_t nfiles,
 		return -ENOMEM;
 	s->files = files;
 	s->nfiles = nfiles;
-	s->fd = -1;
-	snprintf(s->mnt, sizeof(s->mnt), "%s", mnt);
 	pthread_mutex_init(&s->lock, NULL);
 	pthread_cond_init(&s->changed, NULL);
 	s->wake = eventfd(0, EFD_CLOEXEC);
@@ -359,12 +350,10 @@ int image_serve_start(const char *mnt, struct serve_file *files, size_t nfiles,
 			r = -ENOMEM;
 	}
 	if (r == 0)
-		r = serve_mount(s);
+		r = serve_session(s);
+	if (r == 0)
+		r = serve_mount(s, mnt);
 	if (r < 0) {
-		if (s->fd >= 0)
-			close(s->fd);
-		s->fd = -1;
-		s->mnt[0] = '\0';
 		image_serve_stop(s);
 		return r;
 	}
@@ -426,9 +415,10 @@ void image_serve_stop(struct image_server *s)
 		fprintf(stderr, "stasis: image server: stopping: %s\n", strerror(errno));
 	for (unsigned int i = 0; i < s->nthreads; i++)
 		pthread_join(s->threads[i], NULL);
-	/* Closing the last descriptor aborts what a reader still waits for. */
-	if (s->fd >= 0)
-		close(s->fd);
+	/* Closing the last descriptor (the session's) aborts what a reader
+	 * still waits for. */
+	if (s->se)
+		fuse_session_destroy(s->se);
 	if (s->mnt[0] && umount2(s->mnt, MNT_DETACH) < 0)
 		fprintf(stderr, "stasis: unmounting %s: %s\n", s->mnt, strerror(errno));
 	if (s->wake >= 0)
