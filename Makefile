@@ -4,6 +4,9 @@
 #   make check    build and run every test this machine can run
 #   make demo     build and run the built-in demo
 #   make gpu-bundle  one folder with everything a GPU machine needs
+#   make install  stasis, its CRIU and plugin under PREFIX (/usr/local), the
+#                 plugin linked into CRIU's plugin folder (CRIU_PLUGINDIR,
+#                 /usr/lib/criu) so that runtimes' criu loads it; DESTDIR too
 
 BUILD    ?= build
 CC       ?= gcc
@@ -46,7 +49,7 @@ WORKLOADS := $(BUILD)/bin/fake-cuda-worker $(BUILD)/bin/hostile-peer
 # stasis's CRIU plugin, found by stasis at ../lib/stasis/criu from its binary.
 PLUGIN    := $(BUILD)/lib/stasis/criu/stasis_nvidia.so
 
-.PHONY: all deps criu check unit e2e zdtm demo clean format format-check gpu-bundle bench bench-cpu
+.PHONY: all deps criu check unit e2e zdtm demo clean format format-check gpu-bundle bench bench-cpu install uninstall
 all: $(STASIS) $(BUILD)/bin/cuda-checkpoint $(PLUGIN)
 
 $(DEPS_OK): scripts/deps.sh
@@ -148,6 +151,27 @@ bench: gpu-bundle
 
 bench-cpu: all
 	@./bench/bench-cpu $(BUILD)
+
+# stasis's CRIU becomes the machine's criu (PREFIX/sbin, ahead of /usr/sbin
+# in root's PATH), and CRIU loads stasis's plugin from its own plugin folder
+# wherever it is started from: a runtime's checkpoint and restore get the
+# GPU steps (the plugin starts PREFIX/bin/stasis criu-helper).
+PREFIX        ?= /usr/local
+CRIU_PLUGINDIR ?= /usr/lib/criu
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/sbin \
+		$(DESTDIR)$(PREFIX)/lib/stasis/criu $(DESTDIR)$(CRIU_PLUGINDIR)
+	install -m 755 $(STASIS) $(DESTDIR)$(PREFIX)/bin/stasis
+	install -m 755 $(CRIU)/sbin/criu $(DESTDIR)$(PREFIX)/sbin/criu
+	install -m 644 $(PLUGIN) $(DESTDIR)$(PREFIX)/lib/stasis/criu/
+	ln -sfn $(PREFIX)/lib/stasis/criu/$(notdir $(PLUGIN)) $(DESTDIR)$(CRIU_PLUGINDIR)/$(notdir $(PLUGIN))
+
+uninstall:
+	rm -f $(DESTDIR)$(PREFIX)/bin/stasis $(DESTDIR)$(PREFIX)/sbin/criu \
+		$(DESTDIR)$(PREFIX)/lib/stasis/criu/$(notdir $(PLUGIN)) \
+		$(DESTDIR)$(CRIU_PLUGINDIR)/$(notdir $(PLUGIN))
+	-rmdir $(DESTDIR)$(PREFIX)/lib/stasis/criu $(DESTDIR)$(PREFIX)/lib/stasis
 
 clean:
 	rm -rf $(BUILD)/obj $(BUILD)/san $(BUILD)/bin $(BUILD)/lib $(BUILD)/tests $(BUILD)/fake

@@ -67,9 +67,13 @@ const char *criu_binary(void)
 		snprintf(criu_path, sizeof(criu_path), "%s", env);
 		return criu_path;
 	}
-	/* The CRIU built with stasis sits at ../criu/sbin/criu from bin/stasis. */
+	/* The CRIU built with stasis sits at ../criu/sbin/criu from bin/stasis
+	 * in the build, at ../sbin/criu once installed (make install). */
 	if (self_dir(self, sizeof(self)) == 0) {
 		snprintf(criu_path, sizeof(criu_path), "%s/../criu/sbin/criu", self);
+		if (executable(criu_path))
+			return criu_path;
+		snprintf(criu_path, sizeof(criu_path), "%s/../sbin/criu", self);
 		if (executable(criu_path))
 			return criu_path;
 	}
