@@ -5,6 +5,7 @@
  * (gpu-handoff.h). Its errors go to CRIU's log through the plugin; this
  * prints them too, on stderr, which CRIU passes on. */
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +29,12 @@ int criu_helper_main(int argc, char **argv)
 	if (errno || *end || fd < 0 || fd > 1024 || fstat((int)fd, &st) < 0 ||
 	    !S_ISSOCK(st.st_mode))
 		return cli_usage_error("criu-helper", "'%s' is not a socket descriptor", argv[1]);
+	/* Only the end of CRIU's socket ends it: a signal in the middle of a
+	 * GPU step would leave the tree's processes locked. */
+	signal(SIGINT, SIG_IGN);
+	signal(SIGTERM, SIG_IGN);
+	signal(SIGHUP, SIG_IGN);
+	signal(SIGPIPE, SIG_IGN);
 	if (gpu_handoff_serve_helper((int)fd, &err) < 0)
 		return cli_fail("criu-helper", err);
 	return EXIT_OK;

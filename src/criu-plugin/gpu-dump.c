@@ -36,6 +36,7 @@ static struct {
 	bool asked;	   /* stasis asked for the GPU steps */
 	bool paused;	   /* the lock request ran */
 	bool checkpointed; /* the checkpoint request ran */
+	bool copied;	   /* it checkpointed at least one process */
 } dump;
 
 void gpu_dump_init(void)
@@ -44,7 +45,7 @@ void gpu_dump_init(void)
 
 	/* Set and empty: stasis runs this CRIU and has no GPU work for it. */
 	dump.asked = socket ? *socket != '\0' : plugin_helper_start() == 0;
-	dump.paused = dump.checkpointed = false;
+	dump.paused = dump.checkpointed = dump.copied = false;
 	if (dump.asked && set_compel_interrupt_only_mode)
 		set_compel_interrupt_only_mode();
 }
@@ -71,7 +72,7 @@ static int ask_stasis(const char *step, pid_t root)
 		plugin_log(PLUGIN_LOG_INFO, "GPU %s of the tree of PID %d", step, (int)root);
 	else
 		plugin_log(PLUGIN_LOG_INFO, "GPU %s", step);
-	r = plugin_exchange(fd, request, answer, WIRE_MAX_MESSAGE);
+	r = plugin_exchange(fd, request, answer, WIRE_MAX_MESSAGE, strcmp(step, "checkpoint") == 0);
 	close(fd);
 	if (r == 1)
 		plugin_log(PLUGIN_LOG_ERROR, "GPU %s failed: %s", step,
@@ -114,7 +115,10 @@ int gpu_checkpoint_devices(int pid)
 	if (dump.checkpointed)
 		return 0;
 	dump.checkpointed = true;
-	return ask_stasis("checkpoint", pid);
+	if (ask_stasis("checkpoint", pid) < 0)
+		return -1;
+	dump.copied = plugin_woken_last > 0;
+	return 0;
 }
 
 void gpu_dump_fini(int ret)
@@ -133,8 +137,11 @@ void gpu_dump_fini(int ret)
 
 bool gpu_dump_handles_devices(void)
 {
-	/* stasis runs this CRIU (its preflight saw the device files), or
-	 * the helper does the GPU steps: else a live CUDA process's device
-	 * files would be saved without its GPU state. */
-	return getenv("STASIS_PLUGIN_SOCKET") || plugin_helper_fd() >= 0;
+	/* stasis runs this CRIU: its preflight saw the device files, and
+	 * checked which processes are CUDA's. The helper knows less (a
+	 * driver it could not load finds no CUDA process): only what is left
+	 * after a GPU checkpoint of the tree, as DataLoader workers hold it. */
+	if (getenv("STASIS_PLUGIN_SOCKET"))
+		return true;
+	return plugin_helper_fd() >= 0 && dump.copied;
 }

@@ -53,17 +53,28 @@ static int helper_binary(char *path, size_t len)
 	return 0;
 }
 
-/* In the child of a child: the helper, its end of the socket as fd 3 and
- * none of CRIU's other descriptors. */
+/* Every descriptor from first on closed, where close_range is missing too. */
+static void close_from(int first)
+{
+	if (syscall(SYS_close_range, first, ~0U, 0) == 0)
+		return;
+	for (int fd = first; fd < 65536; fd++)
+		close(fd);
+}
+
+/* In the child of a child: the helper, its end of the socket as fd 3,
+ * /dev/null as its standard streams (a runtime's container output is no
+ * place for it, and a pipe there would keep the runtime waiting) and none
+ * of CRIU's other descriptors. */
 static void exec_helper(const char *path, int end)
 {
 	char *argv[] = {(char *)"stasis", (char *)"criu-helper", (char *)"3", NULL};
+	int high = fcntl(end, F_DUPFD, 64), null = open("/dev/null", O_RDWR | O_CLOEXEC);
 
-	if (end != HELPER_FD && dup2(end, HELPER_FD) < 0)
+	if (high < 0 || null < 0 || dup2(null, 0) < 0 || dup2(null, 1) < 0 || dup2(null, 2) < 0 ||
+	    dup2(high, HELPER_FD) < 0)
 		_exit(127);
-	if (end == HELPER_FD)
-		fcntl(HELPER_FD, F_SETFD, 0);
-	syscall(SYS_close_range, HELPER_FD + 1, ~0U, 0);
+	close_from(HELPER_FD + 1);
 	execv(path, argv);
 	_exit(127);
 }
@@ -89,7 +100,10 @@ int plugin_helper_start(void)
 		return r;
 	}
 	if (child == 0) {
+		/* A session of its own: a Ctrl-C meant for CRIU's process group
+		 * must not kill the helper in the middle of a GPU step. */
 		close(sv[0]);
+		setsid();
 		if (fork() == 0)
 			exec_helper(path, sv[1]);
 		_exit(0);

@@ -164,7 +164,8 @@ int gpu_resume_devices_late(int pid)
 		return fd;
 	answer = malloc(WIRE_MAX_MESSAGE);
 	request = restore_request(pid, pids, &n);
-	r = answer && request ? plugin_exchange(fd, request, answer, WIRE_MAX_MESSAGE) : -ENOMEM;
+	r = answer && request ? plugin_exchange(fd, request, answer, WIRE_MAX_MESSAGE, false)
+			      : -ENOMEM;
 	close(fd);
 	free(answer);
 	free(request);

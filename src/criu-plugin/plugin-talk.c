@@ -9,6 +9,7 @@
  *   stasis: "wake TID..."            (none: nothing more to do)
  *   plugin: "go"                     (or "abort ERRNO" when a wake failed)
  *   stasis: "ok" | "fail MESSAGE" */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -45,11 +46,20 @@ void plugin_log(unsigned int level, const char *fmt, ...)
 	print_on_level(level, "stasis: %s\n", line);
 }
 
+/* How long a woken thread may take to stop again once the GPU step is
+ * done: a restore thread that does not (one kept in an uninterruptible
+ * wait by its own process) would hold CRIU, and the frozen tree, for ever. */
+#define PARK_DEADLINE_MS 30000
+
 struct parked {
 	pid_t tid;
 	uint64_t mask; /* the thread's signal mask before it was woken */
 	bool woken;
+	pid_t *tasks; /* its process's threads and children, when woken */
+	size_t ntasks;
 };
+
+int plugin_woken_last;
 
 int plugin_connect_stasis(void)
 {
@@ -114,7 +124,7 @@ static bool thread_ended(pid_t tid)
 
 static int park(struct parked *t)
 {
-	int status;
+	int status, waited_ms = 0;
 
 	if (!t->woken)
 		return 0;
@@ -128,6 +138,14 @@ static int park(struct parked *t)
 		if (got == 0) {
 			if (thread_ended(t->tid))
 				return -ESRCH;
+			if (++waited_ms > PARK_DEADLINE_MS * 2) {
+				plugin_log(PLUGIN_LOG_ERROR,
+					   "thread %d did not stop again after the GPU step: its "
+					   "process is killed",
+					   (int)t->tid);
+				kill(t->tid, SIGKILL);
+				return -ETIMEDOUT;
+			}
 			usleep(500);
 			continue;
 		}
@@ -146,6 +164,79 @@ static int park(struct parked *t)
 	return ptrace(PTRACE_SETSIGMASK, t->tid, sizeof(t->mask), &t->mask) < 0 ? -errno : 0;
 }
 
+static bool push_pid(pid_t **list, size_t *n, size_t *cap, pid_t pid)
+{
+	if (*n == *cap) {
+		size_t bigger = *cap * 2 + 16;
+		pid_t *grown = realloc(*list, bigger * sizeof(*grown));
+
+		if (!grown)
+			return false;
+		*list = grown;
+		*cap = bigger;
+	}
+	(*list)[(*n)++] = pid;
+	return true;
+}
+
+static int compare_pids(const void *a, const void *b)
+{
+	pid_t x = *(const pid_t *)a, y = *(const pid_t *)b;
+
+	return (x > y) - (x < y);
+}
+
+/* The threads and children of tid's process, sorted: what a woken restore
+ * thread could add behind CRIU's back (CRIU listed them once, when it
+ * froze the tree, and dumps only those). NULL with *n 0 when unreadable. */
+static pid_t *process_tasks(pid_t tid, size_t *n)
+{
+	char path[64], line[256];
+	size_t cap = 0;
+	pid_t *tasks = NULL;
+	long tgid = 0, child;
+	struct dirent *de;
+	FILE *f;
+	DIR *d;
+
+	*n = 0;
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)tid);
+	f = fopen(path, "re");
+	while (f && fgets(line, sizeof(line), f))
+		sscanf(line, "Tgid: %ld", &tgid);
+	if (f)
+		fclose(f);
+	snprintf(path, sizeof(path), "/proc/%ld/task", tgid);
+	d = tgid > 0 ? opendir(path) : NULL;
+	while (d && (de = readdir(d))) {
+		if (de->d_name[0] == '.')
+			continue;
+		if (!push_pid(&tasks, n, &cap, (pid_t)atol(de->d_name)))
+			break;
+		snprintf(path, sizeof(path), "/proc/%ld/task/%s/children", tgid, de->d_name);
+		f = fopen(path, "re");
+		while (f && fscanf(f, "%ld", &child) == 1 &&
+		       push_pid(&tasks, n, &cap, (pid_t)child))
+			;
+		if (f)
+			fclose(f);
+	}
+	if (d)
+		closedir(d);
+	if (tasks)
+		qsort(tasks, *n, sizeof(*tasks), compare_pids);
+	return tasks;
+}
+
+/* Whether every task of now was there before (both sorted). */
+static bool no_new_task(const pid_t *before, size_t nb, const pid_t *now, size_t nn)
+{
+	for (size_t i = 0; i < nn; i++)
+		if (!bsearch(&now[i], before, nb, sizeof(*before), compare_pids))
+			return false;
+	return true;
+}
+
 static size_t parse_tids(const char *msg, struct parked *out, size_t max)
 {
 	size_t n = 0;
@@ -161,12 +252,13 @@ static size_t parse_tids(const char *msg, struct parked *out, size_t max)
 	return n;
 }
 
-int plugin_exchange(int fd, const char *opening, char *answer, size_t len)
+int plugin_exchange(int fd, const char *opening, char *answer, size_t len, bool frozen_shape)
 {
 	static struct parked threads[MAX_WOKEN];
 	size_t n;
 	int r, stuck = 0;
 
+	plugin_woken_last = 0;
 	r = wire_say(fd, opening);
 	if (r == 0)
 		r = wire_hear(fd, answer, len);
@@ -177,8 +269,11 @@ int plugin_exchange(int fd, const char *opening, char *answer, size_t len)
 	n = parse_tids(answer, threads, MAX_WOKEN);
 	if (n == 0)
 		return 0;
-	for (size_t i = 0; i < n && r == 0; i++)
+	for (size_t i = 0; i < n && r == 0; i++) {
+		if (frozen_shape)
+			threads[i].tasks = process_tasks(threads[i].tid, &threads[i].ntasks);
 		r = wake(&threads[i]);
+	}
 	if (r < 0) {
 		char abort_msg[32];
 
@@ -194,5 +289,24 @@ int plugin_exchange(int fd, const char *opening, char *answer, size_t len)
 	for (size_t i = 0; i < n; i++)
 		if (park(&threads[i]) < 0)
 			stuck = -EIO;
+	/* A thread or process made while its restore thread ran would be
+	 * left out of the dump, and would run through it unseen. */
+	for (size_t i = 0; frozen_shape && i < n; i++) {
+		size_t nnow;
+		pid_t *now = process_tasks(threads[i].tid, &nnow);
+
+		if (!stuck && !no_new_task(threads[i].tasks, threads[i].ntasks, now, nnow)) {
+			plugin_log(PLUGIN_LOG_ERROR,
+				   "the process of thread %d made a thread or a process during the "
+				   "GPU step",
+				   (int)threads[i].tid);
+			stuck = -EPERM;
+		}
+		free(now);
+		free(threads[i].tasks);
+		threads[i].tasks = NULL;
+	}
+	if (r == 0 && !stuck)
+		plugin_woken_last = (int)n;
 	return r ? r : stuck;
 }

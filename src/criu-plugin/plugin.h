@@ -60,7 +60,12 @@ int plugin_connect_stasis(void);
 
 /* The whole conversation after the opening message: 0, 1 when stasis says
  * the GPU work failed (answer holds its words), or -errno of a local
- * failure. Every thread woken is stopped again before it returns. */
-int plugin_exchange(int fd, const char *opening, char *answer, size_t len);
+ * failure. Every thread woken is stopped again before it returns; with
+ * frozen_shape, a process that made a thread or a process meanwhile fails
+ * it (CRIU dumps the tree as it listed it). */
+int plugin_exchange(int fd, const char *opening, char *answer, size_t len, bool frozen_shape);
+
+/* How many restore threads the last exchange woke, its GPU work done. */
+extern int plugin_woken_last;
 
 #endif

@@ -11,6 +11,10 @@
  * A thread of a given name beside the counting one (a framework's helper):
  *   FAKE_WORKER_THREAD=NAME
  *   FAKE_WORKER_THREAD_ALL=1   the children start that thread too (ranks)
+ * A process that escapes CRIU's freeze (a hostile job):
+ *   FAKE_WORKER_ESCAPE=1       the main thread (the fake driver's restore
+ *                              thread) starts a thread while it is traced
+ *                              and locked: woken for the GPU checkpoint
  * Memory for CRIU to dump, checked while it counts:
  *   FAKE_WORKER_HEAP_MB=N      each CUDA process fills N MiB with a pattern
  *                              and checks a page of it each tick; a page
@@ -87,6 +91,32 @@ static bool heap_intact(const char *dir, const unsigned char *heap, size_t len,
 	return true;
 }
 
+static bool traced(void)
+{
+	char line[256];
+	int tracer = 0;
+	FILE *f = fopen("/proc/self/status", "r");
+
+	while (f && fgets(line, sizeof(line), f))
+		sscanf(line, "TracerPid: %d", &tracer);
+	if (f)
+		fclose(f);
+	return tracer != 0;
+}
+
+/* FAKE_WORKER_ESCAPE: a thread started behind the tracer's back. */
+static void escape_once(void)
+{
+	static bool done;
+	pthread_t t;
+
+	if (done || !getenv("FAKE_WORKER_ESCAPE") || fake_state_read(getpid()) != 1 || !traced())
+		return;
+	done = true;
+	if (pthread_create(&t, NULL, idle_thread, NULL) == 0)
+		pthread_detach(t);
+}
+
 static int run(const char *dir)
 {
 	size_t heap_len;
@@ -107,6 +137,7 @@ static int run(const char *dir)
 	while (!stop) {
 		if (heap && !heap_intact(dir, heap, heap_len, tick++))
 			return 1;
+		escape_once();
 		if (fake_state_read(getpid()) == 0) {
 			counter++;
 			snprintf(buf, sizeof(buf), "%020llu\n", counter);

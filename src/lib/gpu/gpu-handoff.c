@@ -199,6 +199,7 @@ static int dump_finish_threads(struct gpu_handoff *h, const struct plugin_reques
 
 	if (!h->dump)
 		return refuse_out_of_order(PLUGIN_STEP_FINISH, err);
+	h->finished = true;
 	h->dump_failed = req->npids && req->pids[0] != 0;
 	/* The helper learns --leave-running from CRIU (-1: a CRIU that cannot
 	 * say; the GPU state comes back then, rather than a tree that runs
@@ -366,8 +367,10 @@ int gpu_handoff_serve_helper(int fd, struct stasis_error **err)
 	/* cuInit while CRIU works: the first GPU step needs it. */
 	cuda_load_begin();
 	r = plugin_channel_serve_fd(&handoff_ops, &h, fd, err);
-	/* A tree left locked by a CRIU that died: back to running. */
-	if (h.dump && !gpu_batch_running(h.dump)) {
+	/* A tree left locked by a CRIU that died before its end: back to
+	 * running. (After its end a dumped tree stays checkpointed: CRIU
+	 * kills it.) */
+	if (h.dump && !h.finished && !gpu_batch_running(h.dump)) {
 		struct stasis_error *ignored = NULL;
 
 		gpu_rollback(h.dump, &ignored);

@@ -39,6 +39,7 @@ struct gpu_handoff {
 	struct gpu_batch *dump;
 	struct gpu_dump_plan dump_plan;
 	bool locked, checkpointed;
+	bool finished;	  /* CRIU came to its end (the plugin's fini) */
 	bool dump_failed; /* CRIU said so at its end */
 	/* The helper of a CRIU that stasis did not start: it finds the
 	 * tree's CUDA processes itself, into these. */

@@ -202,6 +202,7 @@ static int restore_instead(char **argv, int command, int argc, char *request[REQ
 {
 	char **out = calloc((size_t)argc + 16, sizeof(*out));
 	char done[PATH_MAX + 32], path[PATH_MAX + 32], bundle[PATH_MAX];
+	static char criu_path[2 * PATH_MAX]; /* in the environment: putenv */
 	int n = 0, r;
 
 	if (!out)
@@ -233,6 +234,8 @@ static int restore_instead(char **argv, int command, int argc, char *request[REQ
 	for (size_t i = 0; i < ARRAY_SIZE(fixed); i++)
 		out[n++] = fixed[i];
 	out[n] = NULL;
+	runc_criu_path(criu_path, sizeof(criu_path));
+	putenv(criu_path);
 	setenv("STASIS_PLUGIN_SOCKET", request[2], 1);
 	setenv("STASIS_NVIDIA_DEV_MAP", request[3], 1);
 	criu_require(NULL); /* CRIU's plugins and environment */
@@ -250,6 +253,7 @@ static int restore_instead(char **argv, int command, int argc, char *request[REQ
 
 int runc_wrap_main(int argc, char **argv)
 {
+	static char criu_path[2 * PATH_MAX]; /* in the environment: putenv */
 	char self[PATH_MAX], here[PATH_MAX], path[PATH_MAX + 32], *request[REQUEST_LINES];
 	_cleanup_free_ char *text = NULL;
 	char **out;
@@ -277,6 +281,8 @@ int runc_wrap_main(int argc, char **argv)
 	out[1] = (char *)"--criu";
 	out[2] = (char *)criu_binary();
 	memcpy(out + 3, argv + 1, (size_t)argc * sizeof(*out));
+	runc_criu_path(criu_path, sizeof(criu_path));
+	putenv(criu_path);
 	execvp(out[0], out);
 	fprintf(stderr, "%s: cannot run %s: %s\n", RUNC_WRAP_NAME, out[0], strerror(errno));
 	return 127;

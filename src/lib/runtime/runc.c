@@ -2,6 +2,7 @@
 #include "runc.h"
 
 #include <errno.h>
+#include <libgen.h>
 #include <json-c/json.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +22,17 @@ const char *runc_binary(void)
 	const char *env = getenv("STASIS_RUNC");
 
 	return env && *env ? env : "runc";
+}
+
+void runc_criu_path(char *buf, size_t len)
+{
+	char dir[PATH_MAX];
+	const char *path = getenv("PATH");
+
+	snprintf(dir, sizeof(dir), "%s", criu_binary());
+	snprintf(buf, len, "PATH=%s:%s", dirname(dir),
+		 path && *path ? path
+			       : "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin");
 }
 
 int runc_require(struct stasis_error **err)
@@ -136,12 +148,27 @@ static int runc_failure(struct stasis_error **err, const char *what, const char 
 /* runc [--root ROOT] COMMAND ARGS... with its JSON log and CRIU's log in
  * work. The container keeps the stdio runc had: /dev/null. */
 /* runc COMMAND ARGS with its CRIU, logs in work, env added to runc's (and
- * so CRIU's) environment. */
+ * so CRIU's) environment. runc 1.2 and later ignore --criu and run the
+ * criu of their PATH: stasis's CRIU comes first in it too. */
+/* env with "PATH=<stasis's CRIU's folder>:$PATH" first, in full. */
+static char *const *env_with_criu_path(char *const env[], char *path, size_t len, char *full[16])
+{
+	size_t n = 0;
+
+	runc_criu_path(path, len);
+	full[n++] = path;
+	for (; env && *env && n < 15; env++)
+		full[n++] = *env;
+	full[n] = NULL;
+	return full;
+}
+
 static int run_criu_command(const char *root, const char *command, const char *criu_log_name,
 			    const char *id, const char *work, const char *const *args,
 			    char *const env[], struct stasis_error **err)
 {
-	char log[PATH_MAX + 16], criu_log[PATH_MAX + 16];
+	char log[PATH_MAX + 16], criu_log[PATH_MAX + 16], path[2 * PATH_MAX];
+	char *full[16];
 	const char *argv[32] = {runc_binary(), "--log",	 log,	       "--log-format",
 				"json",	       "--criu", criu_binary()};
 	size_t n = 7;
@@ -161,7 +188,7 @@ static int run_criu_command(const char *root, const char *command, const char *c
 	snprintf(criu_log, sizeof(criu_log), "%s/%s", work, criu_log_name);
 	if (mkdir_p(work) < 0)
 		return stasis_error_errno(err, errno, "creating %s", work);
-	r = exec_run_env(argv, env, NULL);
+	r = exec_run_env(argv, env_with_criu_path(env, path, sizeof(path), full), NULL);
 	return r == 0 ? 0 : runc_failure(err, command, id, log, criu_log);
 }
 

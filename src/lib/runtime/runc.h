@@ -19,6 +19,11 @@ struct runc_container {
 /* $STASIS_RUNC, else "runc" on PATH. */
 const char *runc_binary(void);
 
+/* "PATH=<the folder of stasis's CRIU>:$PATH" into buf, for runc's
+ * environment: runc 1.2 and later ignore --criu and run the criu of their
+ * PATH. */
+void runc_criu_path(char *buf, size_t len);
+
 /* runc_binary() answers; ENOENT "runc not found" otherwise. */
 int runc_require(struct stasis_error **err);
 
