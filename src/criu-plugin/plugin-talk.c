@@ -27,6 +27,12 @@
 #include "plugin-wire.h"
 #include "plugin.h"
 
+/* The longest stasis may take for one GPU step: the driver's own calls
+ * have no deadline, and the checkpoint of a GPU's whole memory took 136 s
+ * (113 GB, one H200); a step that never ends must not hold CRIU, and the
+ * frozen tree, for ever. */
+#define STEP_DEADLINE_S 900
+
 /* More restore threads than a tree of processes CRIU can hold. */
 #define MAX_WOKEN 8192
 
@@ -61,16 +67,31 @@ struct parked {
 
 int plugin_woken_last;
 
+/* Every answer of stasis's within STEP_DEADLINE_S. */
+static int with_deadline(int fd)
+{
+	struct timeval tv = {.tv_sec = STEP_DEADLINE_S};
+
+	if (setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) < 0) {
+		int e = errno;
+
+		close(fd);
+		return -e;
+	}
+	return fd;
+}
+
 int plugin_connect_stasis(void)
 {
 	const char *path = getenv("STASIS_PLUGIN_SOCKET");
 	struct sockaddr_un addr = {.sun_family = AF_UNIX};
 	int fd;
 
-	/* A helper of the plugin's own: one conversation after another. */
+	/* A helper of the plugin's own: one conversation after another (a
+	 * socket's receive timeout is the socket's, shared by its dups). */
 	if (plugin_helper_fd() >= 0) {
 		fd = fcntl(plugin_helper_fd(), F_DUPFD_CLOEXEC, 0);
-		return fd < 0 ? -errno : fd;
+		return fd < 0 ? -errno : with_deadline(fd);
 	}
 	if (!path || !*path || strlen(path) >= sizeof(addr.sun_path))
 		return -ENOENT;
@@ -84,7 +105,7 @@ int plugin_connect_stasis(void)
 		close(fd);
 		return -e;
 	}
-	return fd;
+	return with_deadline(fd);
 }
 
 /* Let only this thread run: every signal but SIGTRAP blocked, no syscall
