@@ -1,11 +1,15 @@
 /* SPDX-License-Identifier: MIT */
 #include <getopt.h>
+#include <limits.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
+#include "image-archive.h"
 #include "progress.h"
+#include "run-work.h"
 #include "stasis.h"
 #include "util.h"
 
@@ -22,6 +26,7 @@ enum {
 	OPT_NO_STAGE,
 	OPT_STATS,
 	OPT_PROGRESS,
+	OPT_EXPORT,
 };
 
 /* Options that mean something only beside another: the first given
@@ -81,9 +86,14 @@ int cmd_checkpoint(int argc, char **argv)
 	    {"print-stats", no_argument, NULL, OPT_STATS},
 	    {"json", no_argument, NULL, OPT_STATS},
 	    {"progress", no_argument, NULL, OPT_PROGRESS},
+	    {"export", required_argument, NULL, OPT_EXPORT},
 	    {NULL, 0, NULL, 0},
 	};
 	struct stasis_checkpoint_options o = {0};
+	const char *export = NULL;
+	char work[PATH_MAX] = "";
+	int export_fd = -1;
+	bool checkpointed;
 	_cleanup_error_ struct stasis_error *err = NULL;
 	struct manifest m;
 	bool stats = false, progress = false;
@@ -153,6 +163,9 @@ int cmd_checkpoint(int argc, char **argv)
 		case OPT_PROGRESS:
 			progress = true;
 			break;
+		case OPT_EXPORT:
+			export = optarg;
+			break;
 		default:
 			return cli_option_error("checkpoint", c, argv, shorts);
 		}
@@ -173,13 +186,37 @@ int cmd_checkpoint(int argc, char **argv)
 		o.container = argv[optind];
 	else if (!cli_parse_pid(argv[optind], &o.pid))
 		return cli_usage_error("checkpoint", "'%s' is not a PID", argv[optind]);
-	if (!o.dir)
-		return cli_usage_error("checkpoint", "missing -D DIR");
+	if (!o.dir && !export)
+		return cli_usage_error("checkpoint", "missing -D DIR (or --export FILE)");
 
 	cli_progress(stats, progress);
 	stasis_install_interrupt_handlers();
 	manifest_init(&m);
-	r = stasis_checkpoint(&o, &m, &err);
+	/* The archive's file is made before anything changes; with --export
+	 * alone the image goes through a work folder of root's. */
+	r = export ? (export_fd = image_archive_create(export, &err)) : 0;
+	if (r >= 0 && !o.dir)
+		r = run_work_make("export", work, sizeof(work), &err);
+	if (r >= 0 && work[0])
+		o.dir = work;
+	if (r >= 0)
+		r = stasis_checkpoint(&o, &m, &err);
+	checkpointed = r >= 0;
+	if (r >= 0 && export) {
+		r = image_archive_write(o.dir, &m, export_fd, export, &err);
+		/* The workload may be gone: its image stays where it is. */
+		if (r < 0 && work[0])
+			stasis_error_hint(&err, "the image is kept in %s", work);
+	}
+	if (export_fd >= 0) {
+		close(export_fd);
+		if (r < 0)
+			unlink(export);
+	}
+	/* Kept only where it holds the one copy of an image whose archive
+	 * failed. */
+	if (work[0] && (r >= 0 || !checkpointed))
+		remove_dir_tree(work);
 	if (r < 0) {
 		manifest_free(&m);
 		return cli_fail("checkpoint", err);

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 #include <errno.h>
 #include <getopt.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,7 +10,9 @@
 
 #include "cli.h"
 #include "gpumap.h"
+#include "image-archive.h"
 #include "progress.h"
+#include "run-work.h"
 #include "stasis.h"
 #include "util.h"
 
@@ -25,6 +28,7 @@ enum {
 	OPT_TRUST_KEY,
 	OPT_PROGRESS,
 	OPT_TCP_ESTABLISHED,
+	OPT_IMPORT,
 };
 
 /* Options that mean something only beside another: the first given
@@ -54,6 +58,7 @@ int cmd_restore(int argc, char **argv)
 	static const char shorts[] = ":D:djxv::o:";
 	static const struct option options[] = {
 	    {"images-dir", required_argument, NULL, 'D'},
+	    {"import", required_argument, NULL, OPT_IMPORT},
 	    {"detach", no_argument, NULL, 'd'},
 	    {"restore-detached", no_argument, NULL, 'd'},
 	    {"shell-job", no_argument, NULL, 'j'},
@@ -75,6 +80,8 @@ int cmd_restore(int argc, char **argv)
 	    {NULL, 0, NULL, 0},
 	};
 	struct stasis_restore_options o = {0};
+	const char *import = NULL;
+	char work[PATH_MAX] = "";
 	const char *trust_keys[SEAL_MAX_TRUSTED];
 	_cleanup_error_ struct stasis_error *err = NULL;
 	struct gpu_map map;
@@ -145,14 +152,19 @@ int cmd_restore(int argc, char **argv)
 			trust_keys[o.trust.nkey_files++] = optarg;
 			o.trust.key_files = trust_keys;
 			break;
+		case OPT_IMPORT:
+			import = optarg;
+			break;
 		default:
 			return cli_option_error("restore", c, argv, shorts);
 		}
 	}
 	if (optind != argc)
 		return cli_usage_error("restore", "unexpected argument '%s'", argv[optind]);
-	if (!o.dir)
-		return cli_usage_error("restore", "missing -D DIR");
+	if (o.dir && import)
+		return cli_usage_error("restore", "-D and --import name two images: give one");
+	if (!o.dir && !import)
+		return cli_usage_error("restore", "missing -D DIR (or --import FILE)");
 	r = check_combinations(&o);
 	if (r != EXIT_OK)
 		return r;
@@ -161,7 +173,16 @@ int cmd_restore(int argc, char **argv)
 	/* Ctrl-C stops the restore: the tree it brought back is killed. */
 	stasis_install_interrupt_handlers();
 	manifest_init(&m);
-	r = stasis_restore(&o, &m, &root, &err);
+	/* An archive is read into a work folder of root's, for this restore. */
+	r = import ? run_work_make("import", work, sizeof(work), &err) : 0;
+	if (r == 0 && import)
+		r = image_archive_read(import, work, &err);
+	if (r == 0 && import)
+		o.dir = work;
+	if (r == 0)
+		r = stasis_restore(&o, &m, &root, &err);
+	if (work[0])
+		remove_dir_tree(work);
 	if (r < 0) {
 		manifest_free(&m);
 		return cli_fail("restore", err);

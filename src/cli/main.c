@@ -56,6 +56,10 @@ const struct command commands[] = {
      "      --compress        zstd the memory pages on the way to disk; CRIU writes\n"
      "                        through a staging folder in memory ($STASIS_STAGE_DIR,\n"
      "                        default /dev/shm), and restore decompresses there\n"
+     "      --export FILE     also write the image as one archive, in the layout of\n"
+     "                        podman's and checkpointctl's (checkpoint/, spec.dump,\n"
+     "                        config.dump, stats-dump) with stasis's sealed manifest;\n"
+     "                        zstd where FILE ends in .zst; -D then optional\n"
      "      --print-stats, --json  print phase timings and CRIU's statistics\n"
      "                        (freezing_time, frozen_time, ...) as JSON on stdout\n"
      "      --progress        show progress on stderr also with --json or off a\n"
@@ -64,6 +68,7 @@ const struct command commands[] = {
      "                        and the pages' bytes done, of how many, and rate\n"},
     {"restore", cmd_restore, "restore a process tree or container from an image",
      "usage: stasis restore -D DIR [options]\n"
+     "       stasis restore --import FILE [options]   (an archive of --export)\n"
      "\n"
      "Restore the tree saved in DIR. stasis stays its parent and exits with the\n"
      "restored root's status, unless --detach is given; Ctrl-C before then stops\n"
@@ -73,6 +78,8 @@ const struct command commands[] = {
      "($STASIS_RUN_DIR), kept when the restore fails and named in its error.\n"
      "\n"
      "  -D, --images-dir DIR  image directory\n"
+     "      --import FILE     the image in an archive 'checkpoint --export' wrote,\n"
+     "                        read into a work folder of root's for the restore\n"
      "  -d, --detach          leave the restored tree running; print its PID\n"
      "      --gpu-map MAP     OLD=NEW,... GPUs by UUID or index, each OLD one of\n"
      "                        the image's (stasis inspect), each named once\n"
