@@ -7,12 +7,15 @@
  * restore maps it to ($STASIS_NVIDIA_DEV_MAP, "OLD:NEW,..." minor numbers,
  * set by stasis from its GPU map). */
 #include <criu/criu-plugin.h>
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stdbool.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "plugin.h"
@@ -43,6 +46,21 @@ static void map_path(const char *path, char *out, size_t len)
 	}
 }
 
+/* A recorded path that names a device of the driver's and nothing else:
+ * the prefix, then letters, digits and '-' ("/dev/nvidia0", "-uvm",
+ * "ctl"), no folder and no '..'. */
+static bool device_name_ok(const char *path)
+{
+	const char *rest = path + strlen(plugin_dev_prefix());
+
+	if (strncmp(path, plugin_dev_prefix(), strlen(plugin_dev_prefix())) != 0 || !*rest)
+		return false;
+	for (const char *c = rest; *c; c++)
+		if (!isalnum((unsigned char)*c) && *c != '-')
+			return false;
+	return true;
+}
+
 int nvidia_dump_file(int fd, int id)
 {
 	char path[PATH_MAX], name[64];
@@ -50,7 +68,7 @@ int nvidia_dump_file(int fd, int id)
 
 	if (ours < 0)
 		return ours;
-	if (!ours)
+	if (!ours || !device_name_ok(path))
 		return -ENOTSUP; /* not ours: another plugin may know it */
 	if (!gpu_dump_handles_devices()) {
 		plugin_log(PLUGIN_LOG_ERROR, "%s is held, and no GPU step ran", path);
@@ -66,6 +84,28 @@ int nvidia_dump_file(int fd, int id)
 	if (dprintf(out, "%o %s\n", (unsigned int)flags, path) < 0 || close(out) < 0)
 		return -EIO;
 	return 0;
+}
+
+/* The device reopened, through no link, and a character device (the tests'
+ * stand-ins under their own prefix are plain files). */
+static int open_device(const char *path, unsigned int flags)
+{
+	int fd = open(path, ((int)flags & ~(O_CREAT | O_TRUNC | O_EXCL)) | O_NOFOLLOW | O_NOCTTY);
+	struct stat st;
+
+	if (fd < 0) {
+		int e = errno;
+
+		plugin_log(PLUGIN_LOG_ERROR, "cannot reopen %s: %s", path, strerror(e));
+		return -e;
+	}
+	if (fstat(fd, &st) < 0 ||
+	    !(S_ISCHR(st.st_mode) || (getenv("STASIS_NVIDIA_DEV_PREFIX") && S_ISREG(st.st_mode)))) {
+		close(fd);
+		plugin_log(PLUGIN_LOG_ERROR, "%s is not a device: not reopened", path);
+		return -EINVAL;
+	}
+	return fd;
 }
 
 int nvidia_restore_file(int id)
@@ -90,6 +130,10 @@ int nvidia_restore_file(int id)
 	}
 	fclose(f);
 	map_path(path, mapped, sizeof(mapped));
-	fd = open(mapped, (int)flags & ~(O_CREAT | O_TRUNC | O_EXCL));
-	return fd < 0 ? -errno : fd;
+	if (!device_name_ok(mapped)) {
+		plugin_log(PLUGIN_LOG_ERROR, "the image names %s as a GPU device: not reopened",
+			   mapped);
+		return -EINVAL;
+	}
+	return open_device(mapped, flags);
 }
