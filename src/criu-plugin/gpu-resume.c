@@ -65,28 +65,8 @@ static char *restore_request(pid_t root, pid_t *pids, size_t *n)
 	return msg;
 }
 
-struct tid_list {
-	pid_t *tids;
-	size_t n, cap;
-};
-
-static bool tid_push(struct tid_list *l, pid_t tid)
-{
-	if (l->n == l->cap) {
-		size_t cap = l->cap * 2 + 64;
-		pid_t *grown = realloc(l->tids, cap * sizeof(*grown));
-
-		if (!grown)
-			return false;
-		l->tids = grown;
-		l->cap = cap;
-	}
-	l->tids[l->n++] = tid;
-	return true;
-}
-
 /* Appends pid's threads other than its leader; false when out of memory. */
-static bool push_threads(struct tid_list *l, pid_t pid)
+static bool push_threads(struct pid_list *l, pid_t pid)
 {
 	char path[64];
 	struct dirent *de;
@@ -101,7 +81,7 @@ static bool push_threads(struct tid_list *l, pid_t pid)
 		long tid = strtol(de->d_name, NULL, 10);
 
 		if (tid > 0 && tid != pid)
-			ok = tid_push(l, (pid_t)tid);
+			ok = pid_list_push(l, (pid_t)tid);
 	}
 	closedir(d);
 	return ok;
@@ -130,19 +110,19 @@ static void reap_tracee(pid_t tid)
  * init never ends. The root's leader is left to CRIU, its parent. */
 static void kill_tree(const pid_t *pids, size_t n)
 {
-	struct tid_list l = {0};
+	struct pid_list l = {0};
 	bool listed = true;
 
 	/* The root's other threads last: the one of them that exits last
 	 * waits, as a namespace's init, for all the rest to be reaped. */
 	for (size_t i = 1; i < n && listed; i++)
-		listed = push_threads(&l, pids[i]) && tid_push(&l, pids[i]);
+		listed = push_threads(&l, pids[i]) && pid_list_push(&l, pids[i]);
 	listed = listed && push_threads(&l, pids[0]);
 	for (size_t i = 0; i < n; i++)
 		kill(pids[i], SIGKILL);
 	for (size_t i = 0; listed && i < l.n; i++)
-		reap_tracee(l.tids[i]);
-	free(l.tids);
+		reap_tracee(l.pids[i]);
+	free(l.pids);
 }
 
 int gpu_resume_devices_late(int pid)

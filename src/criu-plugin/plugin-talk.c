@@ -185,18 +185,18 @@ static int park(struct parked *t)
 	return ptrace(PTRACE_SETSIGMASK, t->tid, sizeof(t->mask), &t->mask) < 0 ? -errno : 0;
 }
 
-static bool push_pid(pid_t **list, size_t *n, size_t *cap, pid_t pid)
+bool pid_list_push(struct pid_list *l, pid_t pid)
 {
-	if (*n == *cap) {
-		size_t bigger = *cap * 2 + 16;
-		pid_t *grown = realloc(*list, bigger * sizeof(*grown));
+	if (l->n == l->cap) {
+		size_t cap = l->cap * 2 + 64;
+		pid_t *grown = realloc(l->pids, cap * sizeof(*grown));
 
 		if (!grown)
 			return false;
-		*list = grown;
-		*cap = bigger;
+		l->pids = grown;
+		l->cap = cap;
 	}
-	(*list)[(*n)++] = pid;
+	l->pids[l->n++] = pid;
 	return true;
 }
 
@@ -213,14 +213,12 @@ static int compare_pids(const void *a, const void *b)
 static pid_t *process_tasks(pid_t tid, size_t *n)
 {
 	char path[64], line[256];
-	size_t cap = 0;
-	pid_t *tasks = NULL;
+	struct pid_list tasks = {0};
 	long tgid = 0, child;
 	struct dirent *de;
 	FILE *f;
 	DIR *d;
 
-	*n = 0;
 	snprintf(path, sizeof(path), "/proc/%d/status", (int)tid);
 	f = fopen(path, "re");
 	while (f && fgets(line, sizeof(line), f))
@@ -232,21 +230,21 @@ static pid_t *process_tasks(pid_t tid, size_t *n)
 	while (d && (de = readdir(d))) {
 		if (de->d_name[0] == '.')
 			continue;
-		if (!push_pid(&tasks, n, &cap, (pid_t)atol(de->d_name)))
+		if (!pid_list_push(&tasks, (pid_t)atol(de->d_name)))
 			break;
 		snprintf(path, sizeof(path), "/proc/%ld/task/%s/children", tgid, de->d_name);
 		f = fopen(path, "re");
-		while (f && fscanf(f, "%ld", &child) == 1 &&
-		       push_pid(&tasks, n, &cap, (pid_t)child))
+		while (f && fscanf(f, "%ld", &child) == 1 && pid_list_push(&tasks, (pid_t)child))
 			;
 		if (f)
 			fclose(f);
 	}
 	if (d)
 		closedir(d);
-	if (tasks)
-		qsort(tasks, *n, sizeof(*tasks), compare_pids);
-	return tasks;
+	if (tasks.pids)
+		qsort(tasks.pids, tasks.n, sizeof(*tasks.pids), compare_pids);
+	*n = tasks.n;
+	return tasks.pids;
 }
 
 /* Whether every task of now was there before (both sorted). */

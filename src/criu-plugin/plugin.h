@@ -48,7 +48,16 @@ int plugin_helper_start(void);
 int plugin_helper_fd(void); /* -1 when none runs */
 void plugin_helper_stop(void);
 
-/* plugin-talk.c: the plugin channel to stasis. */
+/* plugin-talk.c: a growing list of PIDs or TIDs, and the plugin channel to
+ * stasis. */
+struct pid_list {
+	pid_t *pids;
+	size_t n, cap;
+};
+
+/* Appends pid; false when out of memory. */
+bool pid_list_push(struct pid_list *l, pid_t pid);
+
 enum { PLUGIN_LOG_ERROR = 1, PLUGIN_LOG_WARN = 2, PLUGIN_LOG_INFO = 3, PLUGIN_LOG_DEBUG = 4 };
 
 /* A line in CRIU's own log (dump.log, restore.log), naming stasis. */
