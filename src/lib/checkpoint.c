@@ -48,6 +48,15 @@ int stasis_require_root(struct stasis_error **err)
 	return stasis_error_hint(err, "run it with sudo");
 }
 
+int stasis_enter_image_folder(const char *given, char *dir, size_t len, struct stasis_error **err)
+{
+	int r = stasis_require_root(err);
+
+	/* From here on the image folder is reached by a path no one but root
+	 * can change. */
+	return r < 0 ? r : image_resolve_folder(given, dir, len, err);
+}
+
 void checkpoint_fill_host_facts(struct manifest *m)
 {
 	struct utsname uts;
@@ -162,13 +171,7 @@ int checkpoint_pack_finish(struct image_packer *packer, struct manifest *m,
 
 static int describe_gpus(struct gpu_batch *batch, struct manifest *m)
 {
-	for (size_t i = 0; i < batch->n; i++) {
-		for (size_t j = 0; j < m->nprocs; j++) {
-			if (m->procs[j].pid != batch->procs[i].pid)
-				continue;
-			m->procs[j].cuda = true;
-		}
-	}
+	gpu_mark_cuda(batch, m);
 	nvml_describe_processes(m);
 	for (size_t i = 0; i < batch->n; i++)
 		for (size_t j = 0; j < m->nprocs; j++)
@@ -524,11 +527,7 @@ int stasis_checkpoint(const struct stasis_checkpoint_options *o, struct manifest
 	int r;
 
 	gpu_handoff_reserve_environment();
-	/* From here on the image folder is reached by a path no one but root
-	 * can change. */
-	r = stasis_require_root(err);
-	if (r == 0)
-		r = image_resolve_folder(o->dir, dir, sizeof(dir), err);
+	r = stasis_enter_image_folder(o->dir, dir, sizeof(dir), err);
 	if (r < 0)
 		return r;
 	resolved.dir = dir;
@@ -537,9 +536,7 @@ int stasis_checkpoint(const struct stasis_checkpoint_options *o, struct manifest
 	if (!batch.lock_timeout_ms)
 		batch.lock_timeout_ms = GPU_DEFAULT_LOCK_TIMEOUT_MS;
 	snprintf(t.images, sizeof(t.images), "%s/%s", o->dir, IMAGE_CRIU_SUBDIR);
-	r = stasis_require_root(err);
-	if (r == 0)
-		r = target_for_runtime(o->runtime, &t.ops, err);
+	r = target_for_runtime(o->runtime, &t.ops, err);
 	if (r == 0 && o->runtime)
 		r = target_check_name(o->runtime, "container id", o->container ? o->container : "",
 				      err);

@@ -380,11 +380,7 @@ int stasis_restore(const struct stasis_restore_options *o, struct manifest *m, p
 	int r;
 
 	reserve_plugin_environment();
-	r = stasis_require_root(err);
-	/* From here on the image folder is reached by a path no one but root
-	 * can change. */
-	if (r == 0)
-		r = image_resolve_folder(o->dir, dir, sizeof(dir), err);
+	r = stasis_enter_image_folder(o->dir, dir, sizeof(dir), err);
 	if (r < 0)
 		return r;
 	resolved.dir = dir;

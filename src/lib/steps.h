@@ -56,6 +56,11 @@ int checkpoint_pack_finish(struct image_packer *packer, struct manifest *m,
 int checkpoint_seal_image(const char *dir, struct manifest *m, struct image_follower *follower,
 			  struct stasis_error **err);
 
+/* stasis runs as root, and the image folder given is resolved once into
+ * dir (image_resolve_folder): refused where a user other than root could
+ * change a folder above it. */
+int stasis_enter_image_folder(const char *given, char *dir, size_t len, struct stasis_error **err);
+
 /* Every PID of m is free, waiting a moment for zombies and orphans. */
 int restore_wait_pids_free(const struct manifest *m, struct stasis_error **err);
 

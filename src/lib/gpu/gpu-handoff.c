@@ -129,10 +129,8 @@ static int standalone_find(struct gpu_handoff *h, pid_t root, struct stasis_erro
 	r = gpu_find_cuda(pids, h->own_m.nprocs, batch, err);
 	if (r == 0)
 		r = gpu_preflight_running(batch, err);
-	for (size_t i = 0; r == 0 && i < batch->n; i++)
-		for (size_t j = 0; j < h->own_m.nprocs; j++)
-			if (h->own_m.procs[j].pid == batch->procs[i].pid)
-				h->own_m.procs[j].cuda = true;
+	if (r == 0)
+		gpu_mark_cuda(batch, &h->own_m);
 	batch->lock_timeout_ms = GPU_DEFAULT_LOCK_TIMEOUT_MS;
 	batch->lock_rounds = nccl_lock_rounds(batch);
 	return r;

@@ -322,6 +322,14 @@ static int lock_tries(struct gpu_batch *batch, struct stasis_error **err)
 	}
 }
 
+void gpu_mark_cuda(const struct gpu_batch *batch, struct manifest *m)
+{
+	for (size_t i = 0; i < batch->n; i++)
+		for (size_t j = 0; j < m->nprocs; j++)
+			if (m->procs[j].pid == batch->procs[i].pid)
+				m->procs[j].cuda = true;
+}
+
 bool gpu_batch_running(const struct gpu_batch *batch)
 {
 	for (size_t i = 0; i < batch->n; i++)

@@ -66,6 +66,9 @@ int gpu_find_cuda(const pid_t *pids, size_t n, struct gpu_batch *batch, struct s
 int gpu_batch_add(struct gpu_batch *batch, pid_t pid);
 void gpu_batch_free(struct gpu_batch *batch);
 
+/* Marks m's processes that are in batch as CUDA processes. */
+void gpu_mark_cuda(const struct gpu_batch *batch, struct manifest *m);
+
 /* Whether every process of batch runs, as far as stasis knows. */
 bool gpu_batch_running(const struct gpu_batch *batch);
 
