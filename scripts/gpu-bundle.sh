@@ -26,6 +26,15 @@ if [ -n "${STASIS_REF_CUDA_CHECKPOINT:-}" ]; then
 	cp "$build/criu-stock/sbin/criu" "$out/ref/criu"
 	cp "$build/criu-stock/lib/criu/cuda_plugin.so" "$out/ref/lib/criu/"
 fi
+# A second stasis for the benchmark's old and zold pipelines, when
+# STASIS_OLD_BUILD names another build folder (an earlier commit's), to
+# measure a change side by side in one run; it finds the bundle's CRIU
+# through old/criu, which bench/run links.
+if [ -n "${STASIS_OLD_BUILD:-}" ]; then
+	mkdir -p "$out/old/bin" "$out/old/lib/stasis/criu"
+	cp "$STASIS_OLD_BUILD/bin/stasis" "$out/old/bin/"
+	cp "$STASIS_OLD_BUILD/lib/stasis/criu/"*.so "$out/old/lib/stasis/criu/"
+fi
 # containerd for the containerd tests, compressed for the carry limit;
 # tests/gpu/run unpacks it into bin/.
 tar -cf - -C "$(dirname "$(command -v containerd)")" containerd ctr containerd-shim-runc-v2 |
@@ -40,6 +49,11 @@ for bin in "$out/bin/stasis" "$out/bin/runc" "$out/bin/zstd" "$out/bench/zstat" 
 		*) cp -L "$lib" "$out/lib/" ;;
 		esac
 	done
+done
+# No debugging symbols on the device (the carry limit): backtraces there
+# name functions still.
+find "$out/bin" "$out/criu" "$out/old" "$out/ref" -type f 2>/dev/null | while read -r f; do
+	case $(head -c 4 "$f" | od -An -c | tr -d ' ') in '177ELF') strip --strip-debug "$f" ;; esac
 done
 # Libraries over 1 MiB (ICU's data, which libarchive's libxml2 needs, above all) go
 # compressed, for the device's carry limit; every entry script unpacks them.

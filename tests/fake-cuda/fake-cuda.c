@@ -150,6 +150,29 @@ static int exited(int pid)
 	return zombie;
 }
 
+/* Whether pid's thread (the fake's restore thread) sits in a tracing
+ * stop. The real driver answers get-state by asking the process itself:
+ * asked about a process whose restore thread a tracer holds (CRIU at
+ * restore, before the plugin wakes that thread), it never returns (seen
+ * with driver 580). The fake fails such a call at once, so that a test
+ * catches the caller, where the real one would hang. */
+static int held_by_tracer(int pid)
+{
+	char path[64], line[512], *paren;
+	FILE *f;
+	int held = 0;
+
+	if (!getenv("FAKE_CUDA_LIVE"))
+		return 0;
+	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+	f = fopen(path, "r");
+	if (f && fgets(line, sizeof(line), f) && (paren = strrchr(line, ')')))
+		held = paren[2] == 't';
+	if (f)
+		fclose(f);
+	return held;
+}
+
 static CUresult transition(const char *call, int pid, CUprocessState from, CUprocessState to)
 {
 	CUprocessState state;
@@ -211,6 +234,13 @@ EXPORT CUresult cuCheckpointProcessGetState(int pid, CUprocessState *state)
 		return r;
 	if (exited(pid))
 		return CUDA_ERROR_OPERATING_SYSTEM;
+	if (held_by_tracer(pid)) {
+		fprintf(stderr,
+			"fake-cuda: get-state of PID %d while a tracer holds it: the real "
+			"driver would wait for ever\n",
+			pid);
+		return CUDA_ERROR_NOT_READY;
+	}
 	return read_state(pid, state) == 0 ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
 }
 

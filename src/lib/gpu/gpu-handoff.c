@@ -11,19 +11,26 @@
 #include "proc.h"
 #include "util.h"
 
+static int push_tid(pid_t tid, pid_t **tids, size_t *n)
+{
+	pid_t *bigger = realloc(*tids, (*n + 1) * sizeof(*bigger));
+
+	if (!bigger)
+		return -ENOMEM;
+	*tids = bigger;
+	(*tids)[(*n)++] = tid;
+	return 0;
+}
+
 static int add_tid(pid_t pid, pid_t **tids, size_t *n, struct stasis_error **err)
 {
-	pid_t *bigger;
 	int tid = 0;
 	cuda_result r = cuda_get_restore_tid(pid, &tid);
 
 	if (r != CUDA_RES_SUCCESS)
 		return cuda_error(err, r, "finding the CUDA restore thread", pid);
-	bigger = realloc(*tids, (*n + 1) * sizeof(*bigger));
-	if (!bigger)
+	if (push_tid((pid_t)tid, tids, n) < 0)
 		return stasis_error_errno(err, ENOMEM, "out of memory");
-	*tids = bigger;
-	(*tids)[(*n)++] = (pid_t)tid;
 	return 0;
 }
 
@@ -232,26 +239,30 @@ static int dump_finish(struct gpu_handoff *h, struct stasis_error **err)
 }
 
 /* The helper's restore: the processes of the restored tree that the driver
- * holds checkpointed, back on the GPUs they left (no GPU map). */
+ * holds checkpointed, back on the GPUs they left (no GPU map). Every
+ * thread of the tree is in CRIU's ptrace-stop here, and the driver answers
+ * a process's state only through the process itself (a get-state of a
+ * held process never returns on driver 580): a process is the driver's
+ * when it has a restore thread, which the driver answers alone, as CRIU's
+ * own cuda plugin asks. */
 static int standalone_restore_threads(struct gpu_handoff *h, const struct plugin_request *req,
 				      pid_t **tids, size_t *n, struct stasis_error **err)
 {
-	int r = cuda_load(NULL) < 0 ? 0 : 1;
-
 	h->m = &h->own_m;
-	for (size_t i = 0; r > 0 && i < req->npids; i++) {
-		enum cuda_process_state state;
+	if (cuda_load(NULL) < 0)
+		return 0;
+	for (size_t i = 0; i < req->npids; i++) {
+		int tid = 0;
 
-		if (cuda_get_state(req->pids[i], &state) != CUDA_RES_SUCCESS ||
-		    state != CUDA_PROCESS_CHECKPOINTED)
+		if (cuda_get_restore_tid(req->pids[i], &tid) != CUDA_RES_SUCCESS || tid <= 0)
 			continue;
 		if (gpu_batch_add(&h->restored, req->pids[i]) < 0)
 			return stasis_error_errno(err, ENOMEM, "out of memory");
 		h->restored.procs[h->restored.n - 1].state = CUDA_PROCESS_CHECKPOINTED;
+		if (push_tid((pid_t)tid, tids, n) < 0)
+			return stasis_error_errno(err, ENOMEM, "out of memory");
 	}
-	for (size_t i = 0; r >= 0 && i < h->restored.n; i++)
-		r = add_tid(h->restored.procs[i].pid, tids, n, err);
-	return r < 0 ? r : 0;
+	return 0;
 }
 
 /* ---- the channel's two questions ---- */
