@@ -45,12 +45,15 @@ UNIT_SRC  := $(wildcard tests/unit/test-*.c)
 UNIT_BIN  := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
 FAKE_CUDA := $(BUILD)/fake/libcuda.so.1
-WORKLOADS := $(BUILD)/bin/fake-cuda-worker $(BUILD)/bin/hostile-peer
+FAKE_NCCL := $(BUILD)/fake/libnccl.so.2
+WORKLOADS := $(BUILD)/bin/fake-cuda-worker $(BUILD)/bin/hostile-peer $(BUILD)/bin/fake-nccl-rank
 # stasis's CRIU plugin, found by stasis at ../lib/stasis/criu from its binary.
 PLUGIN    := $(BUILD)/lib/stasis/criu/stasis_nvidia.so
+# The NCCL interposer `stasis run` preloads, found at ../lib/stasis from its binary.
+NCCL_SHIM := $(BUILD)/lib/stasis/libstasis-nccl.so
 
 .PHONY: all deps criu check unit e2e zdtm demo clean format format-check gpu-bundle bench bench-cpu install uninstall
-all: $(STASIS) $(BUILD)/bin/cuda-checkpoint $(PLUGIN)
+all: $(STASIS) $(BUILD)/bin/cuda-checkpoint $(PLUGIN) $(NCCL_SHIM)
 
 $(DEPS_OK): scripts/deps.sh
 	@./scripts/deps.sh
@@ -87,6 +90,11 @@ $(STASIS): $(LIB_OBJ) $(CLI_OBJ)
 
 PLUGIN_SRC := $(wildcard src/criu-plugin/*.c)
 
+# Loaded into a job's processes: no library of stasis's, nothing but libc.
+$(NCCL_SHIM): src/nccl-shim/nccl-shim.c src/lib/gpu/nccl-shim-wire.h
+	@mkdir -p $(dir $@)
+	$(CC) -D_GNU_SOURCE -Isrc/lib/gpu $(CFLAGS) -fvisibility=hidden -shared -fPIC -o $@ $< -ldl
+
 $(PLUGIN): $(PLUGIN_SRC) src/criu-plugin/plugin.h src/lib/gpu/plugin-wire.h $(CRIU)/lib/libcriu.a
 	@mkdir -p $(dir $@)
 	rm -f $(dir $@)stasis_nvidia_files.so
@@ -107,6 +115,15 @@ $(FAKE_CUDA): tests/fake-cuda/fake-cuda.c tests/fake-cuda/fake-state.h
 $(BUILD)/bin/fake-cuda-worker: tests/fake-cuda/fake-cuda-worker.c tests/fake-cuda/fake-state.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $<
+
+# NCCL ranks for the fake driver: a fake libnccl and a job of ranks on it.
+$(FAKE_NCCL): tests/fake-nccl/fake-nccl.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -fvisibility=hidden -shared -fPIC -Wl,-soname,libnccl.so.2 -o $@ $<
+
+$(BUILD)/bin/fake-nccl-rank: tests/fake-nccl/fake-nccl-rank.c tests/fake-cuda/fake-state.h $(FAKE_NCCL)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< $(FAKE_NCCL) -Wl,-rpath,$(abspath $(dir $(FAKE_NCCL)))
 
 # A peer that breaks the migration protocol on purpose, for the e2e tests.
 $(BUILD)/bin/hostile-peer: tests/hostile/hostile-peer.c $(LIB_OBJ)
@@ -165,11 +182,13 @@ install: all
 	install -m 755 $(STASIS) $(DESTDIR)$(PREFIX)/bin/stasis
 	install -m 755 $(CRIU)/sbin/criu $(DESTDIR)$(PREFIX)/sbin/criu
 	install -m 644 $(PLUGIN) $(DESTDIR)$(PREFIX)/lib/stasis/criu/
+	install -m 644 $(NCCL_SHIM) $(DESTDIR)$(PREFIX)/lib/stasis/
 	ln -sfn $(PREFIX)/lib/stasis/criu/$(notdir $(PLUGIN)) $(DESTDIR)$(CRIU_PLUGINDIR)/$(notdir $(PLUGIN))
 
 uninstall:
 	rm -f $(DESTDIR)$(PREFIX)/bin/stasis $(DESTDIR)$(PREFIX)/sbin/criu \
 		$(DESTDIR)$(PREFIX)/lib/stasis/criu/$(notdir $(PLUGIN)) \
+		$(DESTDIR)$(PREFIX)/lib/stasis/$(notdir $(NCCL_SHIM)) \
 		$(DESTDIR)$(CRIU_PLUGINDIR)/$(notdir $(PLUGIN))
 	-rmdir $(DESTDIR)$(PREFIX)/lib/stasis/criu $(DESTDIR)$(PREFIX)/lib/stasis
 

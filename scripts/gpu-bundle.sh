@@ -13,6 +13,7 @@ mkdir -p "$out/bench" "$out/bin" "$out/criu/sbin" "$out/criu/lib/criu" "$out/lib
 cp "$build/bin/stasis" "$out/bin/"
 ln -s stasis "$out/bin/cuda-checkpoint"
 cp "$build/lib/stasis/criu/"*.so "$out/lib/stasis/criu/"
+cp "$build/lib/stasis/"*.so "$out/lib/stasis/"
 cp "$build/criu/sbin/criu" "$out/criu/sbin/"
 cp "$build/criu/lib/criu/cuda_plugin.so" "$out/criu/lib/criu/"
 cp "$(command -v runc)" "$out/bin/runc"

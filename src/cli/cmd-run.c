@@ -3,6 +3,7 @@
  * session of its own, with the settings its NCCL ranks need. */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <getopt.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -14,6 +15,7 @@
 
 #include "cli.h"
 #include "nccl.h"
+#include "util.h"
 
 /* Each setting into the environment, said once on stderr. */
 static int apply_settings(void)
@@ -33,6 +35,39 @@ static int apply_settings(void)
 			return -errno;
 	}
 	return 0;
+}
+
+/* stasis's NCCL interposer (PREFIX/lib/stasis beside PREFIX/bin/stasis),
+ * first in LD_PRELOAD: a checkpoint then holds the job's NCCL ranks at one
+ * collective boundary before the lock (nccl-hold.h). Only a file of root's
+ * that no one else can change is preloaded; without it the job runs as
+ * before, its ranks locked by the tries alone. */
+static void preload_interposer(void)
+{
+	char dir[PATH_MAX], shim[PATH_MAX + 64], *both;
+	const char *old = getenv("LD_PRELOAD");
+	struct stat st;
+
+	if (self_dir(dir, sizeof(dir)) < 0)
+		return;
+	snprintf(shim, sizeof(shim), "%s/../lib/stasis/libstasis-nccl.so", dir);
+	if (stat(shim, &st) < 0 || !S_ISREG(st.st_mode) || st.st_uid != 0 ||
+	    (st.st_mode & (S_IWGRP | S_IWOTH))) {
+		fprintf(stderr,
+			"stasis run: no NCCL interposer at %s: NCCL ranks are not held at "
+			"a collective boundary for a checkpoint\n",
+			shim);
+		return;
+	}
+	if (old && *old && asprintf(&both, "%s %s", shim, old) >= 0) {
+		setenv("LD_PRELOAD", both, 1);
+		free(both);
+	} else
+		setenv("LD_PRELOAD", shim, 1);
+	fprintf(stderr,
+		"stasis run: LD_PRELOAD=%s: NCCL ranks held at one collective for a "
+		"checkpoint\n",
+		shim);
 }
 
 /* The job gets the caller's umask and signal mask back; 127 when its
@@ -72,6 +107,7 @@ int cmd_run(int argc, char **argv)
 		return cli_option_error("run", c, argv, "+:");
 	if (optind >= argc)
 		return cli_usage_error("run", "which command? (stasis run [--] COMMAND...)");
+	preload_interposer();
 	if (apply_settings() < 0) {
 		fprintf(stderr, "stasis run: error: setting the environment: %s\n",
 			strerror(errno));

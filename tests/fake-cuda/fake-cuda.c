@@ -18,7 +18,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdint.h>
 #include <sys/file.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "fake-state.h"
@@ -254,6 +256,53 @@ EXPORT CUresult cuCheckpointProcessGetRestoreThreadId(int pid, int *tid)
 	return CUDA_SUCCESS;
 }
 
+/* A rank of the fake NCCL (tests/fake-nccl): the lock waits, up to ms,
+ * for its queued collectives to complete, which they do only once every
+ * peer has started them (the counts in $FAKE_NCCL_DIR). A peer already
+ * locked never will: the real driver's lock of an NCCL rank whose kernel
+ * waits for a locked peer times out the same way. */
+static int nccl_drained(int pid, unsigned int ms)
+{
+	const char *dir = getenv("FAKE_NCCL_DIR");
+	char path[4096], id[32];
+	int rank, nranks, fd, drained = 1;
+	uint64_t *counts;
+	FILE *f;
+
+	if (!dir)
+		return 1;
+	snprintf(path, sizeof(path), "%s/rank-%d", dir, pid);
+	f = fopen(path, "r");
+	if (!f)
+		return 1;
+	if (fscanf(f, "%31s %d %d", id, &rank, &nranks) != 3 || rank < 0 || rank >= nranks) {
+		fclose(f);
+		return 1;
+	}
+	fclose(f);
+	snprintf(path, sizeof(path), "%s/comm-%s", dir, id);
+	fd = open(path, O_RDONLY);
+	if (fd < 0)
+		return 1;
+	counts = mmap(NULL, (size_t)nranks * sizeof(*counts), PROT_READ, MAP_SHARED, fd, 0);
+	close(fd);
+	if (counts == MAP_FAILED)
+		return 1;
+	for (unsigned int waited = 0;; waited++) {
+		uint64_t mine = __atomic_load_n(&counts[rank], __ATOMIC_SEQ_CST);
+
+		drained = 1;
+		for (int i = 0; i < nranks; i++)
+			if (__atomic_load_n(&counts[i], __ATOMIC_SEQ_CST) < mine)
+				drained = 0;
+		if (drained || waited >= ms)
+			break;
+		usleep(1000);
+	}
+	munmap(counts, (size_t)nranks * sizeof(*counts));
+	return drained;
+}
+
 EXPORT CUresult cuCheckpointProcessLock(int pid, CUcheckpointLockArgs *args)
 {
 	if (hang_ms("lock")) {
@@ -263,7 +312,18 @@ EXPORT CUresult cuCheckpointProcessLock(int pid, CUcheckpointLockArgs *args)
 		usleep(ms * 1000u);
 		return CUDA_ERROR_TIMEOUT;
 	}
-	return transition("lock", pid, CU_PROCESS_STATE_RUNNING, CU_PROCESS_STATE_LOCKED);
+	{
+		CUresult r =
+		    transition("lock", pid, CU_PROCESS_STATE_RUNNING, CU_PROCESS_STATE_LOCKED);
+		unsigned int ms = args && args->timeoutMs ? args->timeoutMs : 30000;
+
+		if (r != CUDA_SUCCESS || nccl_drained(pid, ms))
+			return r;
+		/* As the driver: its wait for the queued work ended, the
+		 * process runs again and the lock is not taken. */
+		fake_state_write(state_pid(pid), CU_PROCESS_STATE_RUNNING);
+		return CUDA_ERROR_NOT_READY;
+	}
 }
 
 static void record_hold(int pid, const char *step);

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "fault.h"
+#include "nccl-hold.h"
 #include "proc.h"
 #include "progress.h"
 #include "util.h"
@@ -25,6 +26,7 @@
  * a rank whose kernels are not held by a locked peer locks in
  * milliseconds; one whose are never locks, whatever the wait. */
 #define LOCK_FIRST_TRY_MS 2000u
+#define LOCK_RANKS_LAST_TRY_MS 8000u
 
 int gpu_batch_add(struct gpu_batch *batch, pid_t pid)
 {
@@ -40,8 +42,25 @@ int gpu_batch_add(struct gpu_batch *batch, pid_t pid)
 	return 0;
 }
 
+/* The batch's NCCL ranks go on (a restored batch's too: their image
+ * was saved with them waiting in the interposer). */
+static void release_nccl(struct gpu_batch *batch)
+{
+	if (batch->nccl) {
+		nccl_hold_release(batch->nccl);
+		return;
+	}
+	for (size_t i = 0; i < batch->n; i++)
+		nccl_release_pids(&batch->procs[i].pid, 1);
+}
+
 void gpu_batch_free(struct gpu_batch *batch)
 {
+	if (batch->nccl) {
+		nccl_hold_close(batch->nccl);
+		free(batch->nccl);
+		batch->nccl = NULL;
+	}
 	free(batch->procs);
 	batch->procs = NULL;
 	batch->n = 0;
@@ -261,6 +280,15 @@ static int run_parallel(struct gpu_batch *batch, enum gpu_step step, struct stas
 			stasis_error_hint(err,
 					  "the driver cannot checkpoint this process; "
 					  "managed (cudaMallocManaged) memory is not supported");
+		else if ((p->result == CUDA_RES_TIMEOUT || p->result == CUDA_RES_NOT_READY) &&
+			 step == GPU_STEP_LOCK && batch->lock_rounds > 1)
+			stasis_error_hint(
+			    err,
+			    "an NCCL rank's queued collective "
+			    "waits for a peer already locked (%u tries); start the job "
+			    "with `stasis run`, whose interposer holds every rank at one "
+			    "collective before the lock",
+			    batch->lock_tries);
 		else if (p->result == CUDA_RES_TIMEOUT && step == GPU_STEP_LOCK)
 			stasis_error_hint(err,
 					  "a CUDA call did not return within %u ms; raise "
@@ -295,9 +323,48 @@ unsigned int gpu_lock_try_timeout(const struct gpu_batch *batch, unsigned int ro
 	unsigned int shift = round > 1 ? round - 1 : 0;
 	unsigned int early = shift < 16 ? LOCK_FIRST_TRY_MS << shift : UINT_MAX;
 
-	if (round >= batch->lock_rounds || early >= batch->lock_timeout_ms)
-		return batch->lock_timeout_ms;
+	/* Ranks not held by the interposer: a lock that did not land in
+	 * twice the longest early try is held by a peer, not by a long
+	 * kernel, and waiting on would only delay the refusal. */
+	unsigned int last =
+	    batch->lock_rounds > 1 && batch->lock_timeout_ms > LOCK_RANKS_LAST_TRY_MS
+		? LOCK_RANKS_LAST_TRY_MS
+		: batch->lock_timeout_ms;
+
+	if (round >= batch->lock_rounds || early >= last)
+		return last;
 	return early;
+}
+
+static int rollback_steps(struct gpu_batch *batch, struct stasis_error **err);
+
+/* The ranks under stasis's NCCL interposer, brought to one collective
+ * boundary and held there: then nothing queued waits for a locked peer,
+ * and one try of the lock is enough. Ranks without it keep the tries of
+ * nccl_lock_rounds, each no longer than a rank can take to drain. */
+static int hold_nccl(struct gpu_batch *batch, struct stasis_error **err)
+{
+	pid_t *pids = calloc(batch->n ? batch->n : 1, sizeof(*pids));
+	uint64_t start = now_usec();
+	int r;
+
+	if (!pids)
+		return stasis_error_errno(err, ENOMEM, "out of memory");
+	for (size_t i = 0; i < batch->n; i++)
+		pids[i] = batch->procs[i].pid;
+	if (!batch->nccl)
+		batch->nccl = calloc(1, sizeof(*batch->nccl));
+	r = batch->nccl ? nccl_hold_open(batch->nccl, pids, batch->n) : -ENOMEM;
+	free(pids);
+	if (r < 0)
+		return stasis_error_errno(err, -r, "out of memory");
+	if (!batch->nccl->n)
+		return 0;
+	r = nccl_hold_align(batch->nccl, err);
+	batch->nccl_hold_us = now_usec() - start;
+	if (r == 0)
+		batch->lock_rounds = 1;
+	return r;
 }
 
 static int lock_tries(struct gpu_batch *batch, struct stasis_error **err)
@@ -306,15 +373,15 @@ static int lock_tries(struct gpu_batch *batch, struct stasis_error **err)
 		int r;
 
 		batch->lock_try_timeout_ms = gpu_lock_try_timeout(batch, round);
+		batch->lock_tries = round;
 		r = run_parallel(batch, GPU_STEP_LOCK, err);
 
-		batch->lock_tries = round;
 		if (r == 0 || round >= batch->lock_rounds || !lock_timed_out(batch))
 			return r;
 		/* Every lock taken is given back before the next round; one
 		 * that cannot be (or a rollback that could not run) ends the
 		 * tries. */
-		if (gpu_rollback(batch, err) != 0)
+		if (rollback_steps(batch, err) != 0)
 			return r;
 		stasis_error_free(*err);
 		*err = NULL;
@@ -341,7 +408,13 @@ bool gpu_batch_running(const struct gpu_batch *batch)
 int gpu_lock_all(struct gpu_batch *batch, struct stasis_error **err)
 {
 	uint64_t start = now_usec();
-	int r = lock_tries(batch, err);
+	int r = hold_nccl(batch, err);
+
+	if (r == 0) {
+		r = lock_tries(batch, err);
+		if (r < 0)
+			release_nccl(batch);
+	}
 
 	/* The job's time under the lock tries, not the last try's alone. */
 	batch->step_us[GPU_STEP_LOCK] = now_usec() - start;
@@ -360,7 +433,10 @@ int gpu_restore_all(struct gpu_batch *batch, struct stasis_error **err)
 
 int gpu_unlock_all(struct gpu_batch *batch, struct stasis_error **err)
 {
-	return run_parallel(batch, GPU_STEP_UNLOCK, err);
+	int r = run_parallel(batch, GPU_STEP_UNLOCK, err);
+
+	release_nccl(batch);
+	return r;
 }
 
 /* Ask the driver where each touched process really is, then walk it back:
@@ -390,7 +466,7 @@ static void list_pid(char *list, size_t size, size_t *len, pid_t pid, const char
 		*len += (size_t)snprintf(list + *len, size - *len, " (%s)", state);
 }
 
-int gpu_rollback(struct gpu_batch *batch, struct stasis_error **err)
+static int rollback_steps(struct gpu_batch *batch, struct stasis_error **err)
 {
 	char stuck[512] = "", gone[256] = "";
 	size_t stuck_len = 0, gone_len = 0;
@@ -425,6 +501,14 @@ int gpu_rollback(struct gpu_batch *batch, struct stasis_error **err)
 	else if (nstuck)
 		stasis_error_hint(err, "rollback could not return PID %s to running", stuck);
 	return nstuck;
+}
+
+int gpu_rollback(struct gpu_batch *batch, struct stasis_error **err)
+{
+	int r = rollback_steps(batch, err);
+
+	release_nccl(batch);
+	return r;
 }
 
 int gpu_suspend(struct gpu_batch *batch, struct stasis_error **err)
@@ -463,6 +547,9 @@ void gpu_record(const struct gpu_batch *batch, struct manifest *m)
 	}
 	if (batch->step_ran[GPU_STEP_LOCK] && batch->lock_tries > 1)
 		m->lock_tries = batch->lock_tries;
+	/* Part of cuda_lock: the NCCL ranks brought to one boundary. */
+	if (batch->nccl && batch->nccl->n)
+		manifest_add_phase(m, "nccl_hold", batch->nccl_hold_us);
 	for (size_t i = 0; i < batch->n; i++) {
 		const struct gpu_process *g = &batch->procs[i];
 

@@ -57,6 +57,10 @@ struct gpu_batch {
 	/* wall time of each step across all processes, for the steps that ran */
 	bool step_ran[GPU_STEPS];
 	uint64_t step_us[GPU_STEPS];
+	/* NCCL ranks under stasis's interposer, held at one collective
+	 * boundary from before the lock until they run again (nccl-hold.h). */
+	struct nccl_hold *nccl;
+	uint64_t nccl_hold_us; /* how long bringing them there took */
 };
 
 /* The processes among pids that hold CUDA state the driver can checkpoint. */

@@ -15,6 +15,9 @@
 #   python3 tp_server.py OUT STEPS PAUSE_S [WORLD]
 #   python3 tp_server.py --bench REQUESTS [WORLD]  (prints ms per token)
 # TP_HIDDEN, TP_LAYERS size the model (default 4096, 8: 1 GiB of fp16 a rank).
+# TP_REQUESTS=nccl passes requests in an NCCL broadcast instead, as
+# Megatron-LM's text-generation server does: an idle rank then waits inside
+# a GPU collective that rank 0 starts only with the next request.
 import os, socket, sys, time
 import http.client
 
@@ -64,6 +67,8 @@ def serve(rank, world, port, ready):
     cpu_group = dist.new_group(backend="gloo")
     model = build(rank, world)
     request = torch.zeros(2, dtype=torch.int64)
+    if os.environ.get("TP_REQUESTS") == "nccl":
+        cpu_group, request = None, request.cuda()
     if rank != 0:
         while True:
             dist.broadcast(request, 0, group=cpu_group)

@@ -1,0 +1,315 @@
+/* SPDX-License-Identifier: MIT */
+/* The blocks are the job's memory: every value read from one is a claim
+ * (counts are compared, never used as sizes or indexes beyond the block),
+ * each wait has a deadline, and a block is mapped only once it is sealed
+ * at its size, so that a job cannot make stasis fault by shrinking it. */
+#include "nccl-hold.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "nccl-shim-wire.h"
+#include "util.h"
+
+#define HOLD_STALL_MS 2000u
+#define HOLD_LIMIT_MS 10000u
+#define HOLD_POLL_US 1000
+
+struct nccl_hold_rank {
+	pid_t pid;
+	struct nccl_shim_block *b;
+	dev_t dev;
+	ino_t ino;
+};
+
+static const char *const op_names[NCCL_OP_COUNT] = {
+    "no collective yet", "ncclAllReduce",     "ncclBroadcast", "ncclReduce",
+    "ncclAllGather",	 "ncclReduceScatter", "ncclAlltoAll",  "ncclGather",
+    "ncclScatter",	 "ncclSend",	      "ncclRecv"};
+
+static const char *op_name(uint32_t op)
+{
+	return op < NCCL_OP_COUNT ? op_names[op] : "a collective";
+}
+
+/* fd is the interposer's block: a memfd of the right size that nobody can
+ * resize any more. */
+static struct nccl_shim_block *map_block(int fd, struct stat *st)
+{
+	int seals = fcntl(fd, F_GET_SEALS);
+	struct nccl_shim_block *b;
+
+	if (fstat(fd, st) < 0 || !S_ISREG(st->st_mode) ||
+	    st->st_size != (off_t)sizeof(struct nccl_shim_block) || seals < 0 ||
+	    (seals & (F_SEAL_SHRINK | F_SEAL_GROW)) != (F_SEAL_SHRINK | F_SEAL_GROW))
+		return NULL;
+	b = mmap(NULL, sizeof(*b), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (b == MAP_FAILED)
+		return NULL;
+	if (__atomic_load_n(&b->magic, __ATOMIC_ACQUIRE) != NCCL_SHIM_MAGIC ||
+	    __atomic_load_n(&b->version, __ATOMIC_RELAXED) != NCCL_SHIM_VERSION) {
+		munmap(b, sizeof(*b));
+		return NULL;
+	}
+	return b;
+}
+
+/* The block behind pid's descriptor named as the interposer names it. */
+static struct nccl_shim_block *find_block(pid_t pid, struct stat *st)
+{
+	static const char want[] = "/memfd:" NCCL_SHIM_MEMFD " (deleted)";
+	struct nccl_shim_block *b = NULL;
+	char dir[64], link[sizeof(want) + 1], path[96];
+	struct dirent *de;
+	DIR *d;
+
+	snprintf(dir, sizeof(dir), "/proc/%d/fd", (int)pid);
+	d = opendir(dir);
+	if (!d)
+		return NULL;
+	while (!b && (de = readdir(d))) {
+		ssize_t len = readlinkat(dirfd(d), de->d_name, link, sizeof(link));
+		int fd;
+
+		if (len != (ssize_t)sizeof(want) - 1 || memcmp(link, want, sizeof(want) - 1) != 0)
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
+		fd = open(path, O_RDWR | O_CLOEXEC | O_NOCTTY);
+		if (fd < 0)
+			continue;
+		b = map_block(fd, st);
+		close(fd);
+	}
+	closedir(d);
+	return b;
+}
+
+int nccl_hold_open(struct nccl_hold *h, const pid_t *pids, size_t n)
+{
+	memset(h, 0, sizeof(*h));
+	h->stall_ms = HOLD_STALL_MS;
+	h->limit_ms = HOLD_LIMIT_MS;
+	for (size_t i = 0; i < n; i++) {
+		struct nccl_hold_rank *grown;
+		struct nccl_shim_block *b;
+		struct stat st;
+		bool seen = false;
+
+		b = find_block(pids[i], &st);
+		if (!b)
+			continue;
+		for (size_t j = 0; j < h->n && !seen; j++)
+			seen = h->ranks[j].dev == st.st_dev && h->ranks[j].ino == st.st_ino;
+		grown = seen ? NULL : realloc(h->ranks, (h->n + 1) * sizeof(*grown));
+		if (!grown) {
+			munmap(b, sizeof(*b));
+			if (seen)
+				continue;
+			return -ENOMEM;
+		}
+		h->ranks = grown;
+		h->ranks[h->n++] = (struct nccl_hold_rank){pids[i], b, st.st_dev, st.st_ino};
+	}
+	return 0;
+}
+
+static uint32_t comm_count(const struct nccl_shim_block *b)
+{
+	uint32_t n = __atomic_load_n(&b->ncomms, __ATOMIC_SEQ_CST);
+
+	return n < NCCL_SHIM_COMMS ? n : NCCL_SHIM_COMMS;
+}
+
+/* One live communicator of one rank, as read now. */
+struct comm_view {
+	size_t rank; /* index in the hold */
+	uint32_t slot;
+	uint64_t id, issued;
+};
+
+/* Whether some thread of some rank is between its check and its count. */
+static bool checking(const struct nccl_hold *h)
+{
+	for (size_t i = 0; i < h->n; i++)
+		if (__atomic_load_n(&h->ranks[i].b->in_check, __ATOMIC_SEQ_CST))
+			return true;
+	return false;
+}
+
+static size_t read_comms(const struct nccl_hold *h, struct comm_view *v, size_t max)
+{
+	size_t n = 0;
+
+	for (size_t i = 0; i < h->n; i++) {
+		struct nccl_shim_block *b = h->ranks[i].b;
+
+		for (uint32_t s = 0; s < comm_count(b) && n < max; s++) {
+			struct nccl_shim_comm *c = &b->comms[s];
+
+			if (!__atomic_load_n(&c->live, __ATOMIC_SEQ_CST))
+				continue;
+			v[n++] = (struct comm_view){i, s, __atomic_load_n(&c->id, __ATOMIC_SEQ_CST),
+						    __atomic_load_n(&c->issued, __ATOMIC_SEQ_CST)};
+		}
+	}
+	return n;
+}
+
+static uint64_t highest(const struct comm_view *v, size_t n, uint64_t id)
+{
+	uint64_t max = 0;
+
+	for (size_t i = 0; i < n; i++)
+		if (v[i].id == id && v[i].issued > max)
+			max = v[i].issued;
+	return max;
+}
+
+/* Each communicator's target: the most any of its ranks has started.
+ * Returns whether every rank is there. */
+static bool set_targets(const struct nccl_hold *h, const struct comm_view *v, size_t n)
+{
+	bool there = true;
+
+	for (size_t i = 0; i < n; i++) {
+		uint64_t max = highest(v, n, v[i].id);
+
+		__atomic_store_n(&h->ranks[v[i].rank].b->comms[v[i].slot].target, max,
+				 __ATOMIC_SEQ_CST);
+		there = there && v[i].issued == max;
+	}
+	return there;
+}
+
+static void set_request(const struct nccl_hold *h, uint32_t request)
+{
+	for (size_t i = 0; i < h->n; i++)
+		__atomic_store_n(&h->ranks[i].b->request, request, __ATOMIC_SEQ_CST);
+}
+
+/* Which rank is behind and which waits for it, for the refusal. */
+static int refuse_stalled(const struct nccl_hold *h, const struct comm_view *v, size_t n,
+			  struct stasis_error **err)
+{
+	for (size_t i = 0; i < n; i++) {
+		uint64_t max = highest(v, n, v[i].id);
+		const struct nccl_shim_comm *lag = &h->ranks[v[i].rank].b->comms[v[i].slot];
+
+		if (v[i].issued == max)
+			continue;
+		for (size_t j = 0; j < n; j++) {
+			const struct nccl_shim_comm *ahead;
+
+			if (v[j].id != v[i].id || v[j].issued != max)
+				continue;
+			ahead = &h->ranks[v[j].rank].b->comms[v[j].slot];
+			stasis_error_set(
+			    err, EBUSY, STASIS_DOMAIN_CUDA, 0,
+			    "PID %d (rank %u of an NCCL communicator of %u) waits in its "
+			    "collective "
+			    "%" PRIu64 " (%s), which PID %d (rank %u) has not started within %u ms",
+			    (int)h->ranks[v[j].rank].pid,
+			    __atomic_load_n(&ahead->rank, __ATOMIC_RELAXED),
+			    __atomic_load_n(&ahead->nranks, __ATOMIC_RELAXED), max,
+			    op_name(__atomic_load_n(&ahead->last_op, __ATOMIC_RELAXED)),
+			    (int)h->ranks[v[i].rank].pid,
+			    __atomic_load_n(&lag->rank, __ATOMIC_RELAXED), h->stall_ms);
+			return stasis_error_hint(
+			    err,
+			    "nothing was changed and the job runs on; a rank that waits outside "
+			    "NCCL while its peer waits in a collective (a server's idle rank) "
+			    "cannot be brought to a boundary: checkpoint it while its ranks "
+			    "are between collectives, or have idle ranks wait on a CPU group");
+		}
+	}
+	stasis_error_set(err, EBUSY, STASIS_DOMAIN_CUDA, 0,
+			 "the NCCL ranks did not meet at one collective within %u ms", h->limit_ms);
+	return stasis_error_hint(err, "nothing was changed and the job runs on");
+}
+
+int nccl_hold_align(struct nccl_hold *h, struct stasis_error **err)
+{
+	size_t max = h->n * NCCL_SHIM_COMMS, n = 0;
+	struct comm_view *v;
+	uint64_t start = now_usec(), moved = start, sum = UINT64_MAX;
+	unsigned int steady = 0;
+
+	if (!h->n)
+		return 0;
+	v = calloc(max, sizeof(*v));
+	if (!v)
+		return stasis_error_errno(err, ENOMEM, "out of memory");
+	/* No rank may go past a count before stasis has read them all. */
+	for (size_t i = 0; i < h->n; i++)
+		for (uint32_t s = 0; s < NCCL_SHIM_COMMS; s++)
+			__atomic_store_n(&h->ranks[i].b->comms[s].target, 0, __ATOMIC_SEQ_CST);
+	set_request(h, NCCL_SHIM_HOLD);
+	h->held = true;
+	for (;;) {
+		uint64_t now = now_usec(), total = 0;
+		bool there;
+
+		if (now - moved > (uint64_t)h->stall_ms * 1000 ||
+		    now - start > (uint64_t)h->limit_ms * 1000)
+			break;
+		if (checking(h)) {
+			usleep(100);
+			continue;
+		}
+		n = read_comms(h, v, max);
+		there = set_targets(h, v, n);
+		for (size_t i = 0; i < n; i++)
+			total += v[i].issued;
+		if (total != sum) {
+			sum = total;
+			moved = now;
+			steady = 0;
+		}
+		/* Twice the same counts, all at their targets: no thread was
+		 * between its check and its count in between. */
+		if (there && ++steady >= 2) {
+			free(v);
+			return 0;
+		}
+		usleep(HOLD_POLL_US);
+	}
+	refuse_stalled(h, v, n, err);
+	free(v);
+	nccl_hold_release(h);
+	return -EBUSY;
+}
+
+void nccl_hold_release(struct nccl_hold *h)
+{
+	if (!h->held)
+		return;
+	set_request(h, NCCL_SHIM_RUN);
+	h->held = false;
+}
+
+void nccl_hold_close(struct nccl_hold *h)
+{
+	for (size_t i = 0; i < h->n; i++)
+		munmap(h->ranks[i].b, sizeof(*h->ranks[i].b));
+	free(h->ranks);
+	memset(h, 0, sizeof(*h));
+}
+
+void nccl_release_pids(const pid_t *pids, size_t n)
+{
+	struct nccl_hold h;
+
+	if (nccl_hold_open(&h, pids, n) == 0) {
+		h.held = h.n > 0;
+		nccl_hold_release(&h);
+	}
+	nccl_hold_close(&h);
+}

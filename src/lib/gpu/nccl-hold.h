@@ -1,0 +1,44 @@
+/* SPDX-License-Identifier: MIT */
+/* NCCL ranks held at one collective boundary before the driver's lock,
+ * through stasis's NCCL interposer (src/nccl-shim, nccl-shim-wire.h),
+ * which `stasis run` preloads: a job not started under it has no block and
+ * is not held. */
+#ifndef STASIS_NCCL_HOLD_H
+#define STASIS_NCCL_HOLD_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+#include "error.h"
+
+struct nccl_hold_rank;
+
+struct nccl_hold {
+	struct nccl_hold_rank *ranks; /* one per interposer block found */
+	size_t n;
+	bool held;	       /* the ranks were asked to wait */
+	unsigned int stall_ms; /* no collective started for this long: refused */
+	unsigned int limit_ms; /* and never longer than this in all */
+};
+
+/* The interposer's block of each process of pids that has one (a block
+ * shared by a forked child counts once). n is 0 where none has. */
+int nccl_hold_open(struct nccl_hold *h, const pid_t *pids, size_t n);
+
+/* Every rank held at one boundary: ranks behind run up to their peers'
+ * count, ranks there wait before their next collective. Fails, with every
+ * rank let go, where no collective starts for stall_ms while the ranks
+ * differ: the error names the rank that has not started the collective its
+ * peer waits in. */
+int nccl_hold_align(struct nccl_hold *h, struct stasis_error **err);
+
+/* The ranks go on. */
+void nccl_hold_release(struct nccl_hold *h);
+
+void nccl_hold_close(struct nccl_hold *h);
+
+/* Lets go the held ranks among pids: a restored rank was saved waiting. */
+void nccl_release_pids(const pid_t *pids, size_t n);
+
+#endif

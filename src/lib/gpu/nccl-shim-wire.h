@@ -1,0 +1,60 @@
+/* SPDX-License-Identifier: MIT */
+/* What stasis's NCCL interposer (src/nccl-shim) and stasis share: one
+ * page of counters in a sealed memfd of the rank's, which stasis opens
+ * through /proc/PID/fd. The interposer counts the collectives each
+ * communicator has started; stasis, to hold the ranks, sets `request`,
+ * reads the counts of every rank and writes each communicator's `target`,
+ * the count every rank may reach and none pass. A rank behind launches up
+ * to it, a rank at it waits on the host before its next collective, and
+ * nothing in flight then waits for a peer that will not come: the driver's
+ * lock lands. Every field is read and written with atomics on both sides;
+ * stasis trusts none of it (a job may write anything there). */
+#ifndef STASIS_NCCL_SHIM_WIRE_H
+#define STASIS_NCCL_SHIM_WIRE_H
+
+#include <stdint.h>
+
+/* The memfd's name; /proc/PID/fd shows it as "/memfd:stasis-nccl (deleted)". */
+#define NCCL_SHIM_MEMFD "stasis-nccl"
+#define NCCL_SHIM_MAGIC 0x4e434353u /* "SCCN" */
+#define NCCL_SHIM_VERSION 1
+#define NCCL_SHIM_COMMS 60
+
+enum nccl_shim_request { NCCL_SHIM_RUN = 0, NCCL_SHIM_HOLD = 1 };
+
+/* The collective a communicator started last, for the messages. */
+enum nccl_shim_op {
+	NCCL_OP_NONE,
+	NCCL_OP_ALL_REDUCE,
+	NCCL_OP_BROADCAST,
+	NCCL_OP_REDUCE,
+	NCCL_OP_ALL_GATHER,
+	NCCL_OP_REDUCE_SCATTER,
+	NCCL_OP_ALL_TO_ALL,
+	NCCL_OP_GATHER,
+	NCCL_OP_SCATTER,
+	NCCL_OP_SEND,
+	NCCL_OP_RECV,
+	NCCL_OP_COUNT
+};
+
+struct nccl_shim_comm {
+	uint64_t id;	 /* the same in every rank of the communicator */
+	uint64_t issued; /* collectives this rank has started on it */
+	uint64_t target; /* under a hold, how far it may go (stasis's) */
+	uint32_t rank, nranks;
+	uint32_t last_op; /* enum nccl_shim_op */
+	uint32_t live;	  /* 1 from its creation to its destruction */
+};
+
+struct nccl_shim_block {
+	uint32_t magic, version;
+	uint32_t request;  /* enum nccl_shim_request, stasis's */
+	uint32_t in_check; /* threads between their check and their count */
+	uint32_t parked;   /* threads waiting at a boundary */
+	uint32_t ncomms;   /* slots used */
+	uint64_t holds;	   /* holds this process has seen */
+	struct nccl_shim_comm comms[NCCL_SHIM_COMMS];
+};
+
+#endif

@@ -1,0 +1,220 @@
+/* SPDX-License-Identifier: MIT */
+/* The NCCL hold against blocks made here as the interposer makes them,
+ * and as a hostile job might: not sealed, the wrong size, another magic;
+ * and the alignment of two ranks, one behind (a thread that acts as its
+ * interposer) and one that never catches up. */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "nccl-hold.h"
+#include "nccl-shim-wire.h"
+
+/* A block in this process, as the interposer makes it unless told not to. */
+static struct nccl_shim_block *make_block(int *fd, off_t size, bool seal, uint32_t magic)
+{
+	struct nccl_shim_block *b;
+
+	*fd = memfd_create(NCCL_SHIM_MEMFD, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	assert_true(*fd >= 0);
+	assert_int_equal(ftruncate(*fd, size), 0);
+	b = mmap(NULL, sizeof(*b), PROT_READ | PROT_WRITE, MAP_SHARED, *fd, 0);
+	assert_true(b != MAP_FAILED);
+	if (size >= (off_t)sizeof(*b)) {
+		b->version = NCCL_SHIM_VERSION;
+		b->magic = magic;
+	}
+	if (seal)
+		assert_int_equal(fcntl(*fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL),
+				 0);
+	return b;
+}
+
+static void drop_block(struct nccl_shim_block *b, int fd)
+{
+	munmap(b, sizeof(*b));
+	close(fd);
+}
+
+static void hostile_blocks_ignored(void **state)
+{
+	pid_t self = getpid();
+	struct nccl_hold h;
+	int fd;
+	struct nccl_shim_block *b;
+
+	(void)state;
+	/* Not sealed: the job could shrink it under stasis's mapping. */
+	b = make_block(&fd, sizeof(*b), false, NCCL_SHIM_MAGIC);
+	assert_int_equal(nccl_hold_open(&h, &self, 1), 0);
+	assert_int_equal(h.n, 0);
+	nccl_hold_close(&h);
+	drop_block(b, fd);
+	/* Sealed, another size. */
+	b = make_block(&fd, 4096 * 4, true, NCCL_SHIM_MAGIC);
+	assert_int_equal(nccl_hold_open(&h, &self, 1), 0);
+	assert_int_equal(h.n, 0);
+	nccl_hold_close(&h);
+	drop_block(b, fd);
+	/* Sealed, right size, another magic. */
+	b = make_block(&fd, sizeof(*b), true, 0x12345678);
+	assert_int_equal(nccl_hold_open(&h, &self, 1), 0);
+	assert_int_equal(h.n, 0);
+	nccl_hold_close(&h);
+	drop_block(b, fd);
+	/* The interposer's: found once, whoever else shares it. */
+	b = make_block(&fd, sizeof(*b), true, NCCL_SHIM_MAGIC);
+	{
+		pid_t twice[2] = {self, self};
+
+		assert_int_equal(nccl_hold_open(&h, twice, 2), 0);
+		assert_int_equal(h.n, 1);
+	}
+	nccl_hold_close(&h);
+	drop_block(b, fd);
+}
+
+/* A process holding only fd (another rank's block), until killed. */
+static pid_t holder_of(int fd, int other)
+{
+	pid_t child = fork();
+
+	assert_true(child >= 0);
+	if (child == 0) {
+		close(other);
+		for (;;)
+			pause();
+	}
+	(void)fd;
+	return child;
+}
+
+static void end_holder(pid_t child)
+{
+	kill(child, SIGKILL);
+	waitpid(child, NULL, 0);
+}
+
+/* Two ranks of one communicator: a at 7, b at 4. */
+static void two_ranks(struct nccl_shim_block *a, struct nccl_shim_block *b)
+{
+	a->ncomms = b->ncomms = 1;
+	a->comms[0] = (struct nccl_shim_comm){.id = 42,
+					      .issued = 7,
+					      .rank = 0,
+					      .nranks = 2,
+					      .last_op = NCCL_OP_ALL_REDUCE,
+					      .live = 1};
+	b->comms[0] = (struct nccl_shim_comm){.id = 42,
+					      .issued = 4,
+					      .rank = 1,
+					      .nranks = 2,
+					      .last_op = NCCL_OP_ALL_REDUCE,
+					      .live = 1};
+}
+
+/* As the interposer of a rank behind: starts collectives up to its target. */
+static void *catch_up(void *arg)
+{
+	struct nccl_shim_block *b = arg;
+
+	for (int i = 0; i < 4000; i++) {
+		struct nccl_shim_comm *c = &b->comms[0];
+
+		if (__atomic_load_n(&b->request, __ATOMIC_SEQ_CST) == NCCL_SHIM_HOLD &&
+		    __atomic_load_n(&c->issued, __ATOMIC_SEQ_CST) <
+			__atomic_load_n(&c->target, __ATOMIC_SEQ_CST))
+			__atomic_add_fetch(&c->issued, 1, __ATOMIC_SEQ_CST);
+		if (__atomic_load_n(&c->issued, __ATOMIC_SEQ_CST) == 7)
+			break;
+		usleep(500);
+	}
+	return NULL;
+}
+
+static void behind_rank_catches_up(void **state)
+{
+	pid_t self = getpid(), pids[2];
+	struct stasis_error *err = NULL;
+	struct nccl_shim_block *a, *b;
+	struct nccl_hold h;
+	pthread_t t;
+	int fa, fb;
+
+	(void)state;
+	a = make_block(&fa, sizeof(*a), true, NCCL_SHIM_MAGIC);
+	b = make_block(&fb, sizeof(*b), true, NCCL_SHIM_MAGIC);
+	two_ranks(a, b);
+	pids[0] = self;
+	pids[1] = holder_of(fb, fa);
+	assert_int_equal(nccl_hold_open(&h, pids, 2), 0);
+	assert_int_equal(h.n, 2);
+	pthread_create(&t, NULL, catch_up, b);
+	assert_int_equal(nccl_hold_align(&h, &err), 0);
+	pthread_join(t, NULL);
+	assert_int_equal(b->comms[0].issued, 7);
+	assert_int_equal(a->request, NCCL_SHIM_HOLD);
+	assert_int_equal(a->comms[0].target, 7);
+	nccl_hold_release(&h);
+	assert_int_equal(a->request, NCCL_SHIM_RUN);
+	assert_int_equal(b->request, NCCL_SHIM_RUN);
+	nccl_hold_close(&h);
+	end_holder(pids[1]);
+	drop_block(a, fa);
+	drop_block(b, fb);
+}
+
+static void stalled_rank_refused(void **state)
+{
+	pid_t self = getpid(), pids[2];
+	struct stasis_error *err = NULL;
+	struct nccl_shim_block *a, *b;
+	struct nccl_hold h;
+	int fa, fb;
+
+	(void)state;
+	a = make_block(&fa, sizeof(*a), true, NCCL_SHIM_MAGIC);
+	b = make_block(&fb, sizeof(*b), true, NCCL_SHIM_MAGIC);
+	two_ranks(a, b);
+	a->comms[0].last_op = NCCL_OP_BROADCAST;
+	pids[0] = self;
+	pids[1] = holder_of(fb, fa);
+	assert_int_equal(nccl_hold_open(&h, pids, 2), 0);
+	assert_int_equal(h.n, 2);
+	h.stall_ms = 200;
+	assert_int_equal(nccl_hold_align(&h, &err), -EBUSY);
+	assert_non_null(err);
+	assert_non_null(strstr(err->message, "(rank 0 of an NCCL communicator of 2) waits in its "
+					     "collective 7 (ncclBroadcast)"));
+	assert_non_null(strstr(err->message, "(rank 1) has not started within 200 ms"));
+	/* Let go: the job runs on. */
+	assert_int_equal(a->request, NCCL_SHIM_RUN);
+	assert_int_equal(b->request, NCCL_SHIM_RUN);
+	stasis_error_free(err);
+	nccl_hold_close(&h);
+	end_holder(pids[1]);
+	drop_block(a, fa);
+	drop_block(b, fb);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(hostile_blocks_ignored),
+	    cmocka_unit_test(behind_rank_catches_up),
+	    cmocka_unit_test(stalled_rank_refused),
+	};
+
+	return cmocka_run_group_tests_name("nccl-hold", tests, NULL, NULL);
+}
