@@ -121,9 +121,14 @@ $(FAKE_NCCL): tests/fake-nccl/fake-nccl.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -fvisibility=hidden -shared -fPIC -Wl,-soname,libnccl.so.2 -o $@ $<
 
-$(BUILD)/bin/fake-nccl-rank: tests/fake-nccl/fake-nccl-rank.c tests/fake-cuda/fake-state.h $(FAKE_NCCL)
+$(BUILD)/fake/libfake-nccl-job.so: tests/fake-nccl/fake-nccl-job.c tests/fake-cuda/fake-state.h $(FAKE_NCCL)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -o $@ $< $(FAKE_NCCL) -Wl,-rpath,$(abspath $(dir $(FAKE_NCCL)))
+	$(CC) $(CFLAGS) -fvisibility=hidden -shared -fPIC -o $@ $< $(FAKE_NCCL) \
+		-Wl,-rpath,$(abspath $(dir $(FAKE_NCCL)))
+
+$(BUILD)/bin/fake-nccl-rank: tests/fake-nccl/fake-nccl-rank.c $(BUILD)/fake/libfake-nccl-job.so
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< -ldl
 
 # A peer that breaks the migration protocol on purpose, for the e2e tests.
 $(BUILD)/bin/hostile-peer: tests/hostile/hostile-peer.c $(LIB_OBJ)

@@ -22,6 +22,7 @@
  * the process, so a restored rank still waits until stasis lets it go. */
 
 #include <dlfcn.h>
+#include <link.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdbool.h>
@@ -56,10 +57,38 @@ static nccl_comm slot_comm[NCCL_SHIM_COMMS];
 static uint64_t slot_splits[NCCL_SHIM_COMMS];
 static __thread int group_depth;
 
-/* The next definition of name: NCCL's, loaded after this library. */
+/* The loaded libnccl, for a handle of its own. */
+static int find_nccl(struct dl_phdr_info *info, size_t size, void *data)
+{
+	const char *base = strrchr(info->dlpi_name, '/');
+
+	(void)size;
+	base = base ? base + 1 : info->dlpi_name;
+	if (strncmp(base, "libnccl.so", strlen("libnccl.so")) != 0)
+		return 0;
+	*(void **)data = dlopen(info->dlpi_name, RTLD_LAZY | RTLD_NOLOAD);
+	return *(void **)data != NULL;
+}
+
+/* NCCL's definition of name. RTLD_NEXT finds it only where NCCL is in the
+ * global scope; a Python extension's libraries are loaded local to it
+ * (PyTorch's libtorch_cuda and its libnccl): their calls still reach this
+ * library, first in the global scope, but NCCL is then found only by a
+ * handle of its own. */
 static void *real(const char *name)
 {
-	return dlsym(RTLD_NEXT, name);
+	static void *nccl;
+	void *fn = dlsym(RTLD_NEXT, name);
+
+	if (fn)
+		return fn;
+	if (!__atomic_load_n(&nccl, __ATOMIC_ACQUIRE)) {
+		void *h = NULL;
+
+		dl_iterate_phdr(find_nccl, &h);
+		__atomic_store_n(&nccl, h, __ATOMIC_RELEASE);
+	}
+	return nccl ? dlsym(nccl, name) : NULL;
 }
 
 #define REAL(name, type)                                                                           \

@@ -1,150 +1,31 @@
 /* SPDX-License-Identifier: MIT */
-/* NCCL ranks for the fake driver and the fake NCCL: a parent and NRANKS
- * children, each a "CUDA" process (it issues work only while the fake
- * driver says it runs) with a thread named as PyTorch's NCCL watchdog, and
- * one communicator between the children.
- *   fake-nccl-rank DIR NRANKS [train|idle0]
- * train (a DDP job that never pauses): every rank starts collectives
- *   back to back; rank 0 waits 2 ms after each (its loss.item()), the
- *   others run ahead as far as their launch queue lets them.
- * idle0 (a server whose idle rank waits in a broadcast): rank 0 starts 5
- *   broadcasts and then waits for a request outside NCCL; the others
- *   start 6, the last one waiting for rank 0.
- * DIR/count-PID: each rank's collectives (ticks, once idle), rewritten
- * as they go; DIR/ranks: the ranks' PIDs. */
-#include <pthread.h>
-#include <signal.h>
+/* fake-nccl-rank DIR NRANKS [train|idle0]: loads its job, which links the
+ * (fake) libnccl, local to it as Python loads PyTorch's libraries, so that
+ * NCCL is not in the global scope where a preloaded interposer looks
+ * first; fake-nccl-job.c says what the job does. */
+#include <dlfcn.h>
+#include <libgen.h>
+#include <limits.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
-#include <sys/wait.h>
 #include <unistd.h>
-
-#include "../fake-cuda/fake-state.h"
-
-typedef struct {
-	char internal[128];
-} nccl_unique_id;
-struct fake_comm;
-int ncclGetUniqueId(nccl_unique_id *id);
-int ncclCommInitRank(struct fake_comm **comm, int nranks, nccl_unique_id id, int rank);
-int ncclAllReduce(const void *s, void *d, size_t n, int t, int op, struct fake_comm *c, void *st);
-int ncclBroadcast(const void *s, void *d, size_t n, int t, int root, struct fake_comm *c, void *st);
-
-static volatile sig_atomic_t stop;
-
-static void on_term(int sig)
-{
-	(void)sig;
-	stop = 1;
-}
-
-static void *watchdog(void *arg)
-{
-	(void)arg;
-	prctl(PR_SET_NAME, "pt_nccl_watchdg");
-	while (!stop)
-		usleep(10000);
-	return NULL;
-}
-
-static void write_count(const char *dir, unsigned long n)
-{
-	char path[4096], tmp[4200];
-	FILE *f;
-
-	snprintf(path, sizeof(path), "%s/count-%d", dir, (int)getpid());
-	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-	f = fopen(tmp, "w");
-	if (!f)
-		return;
-	fprintf(f, "%lu\n", n);
-	fclose(f);
-	rename(tmp, path);
-}
-
-/* Blocks while the fake driver holds this process (locked, checkpointed). */
-static void wait_running(void)
-{
-	while (!stop && fake_state_read(getpid()) != 0)
-		usleep(500);
-}
-
-static void rank_main(const char *dir, int rank, int nranks, nccl_unique_id id, const char *mode)
-{
-	struct fake_comm *comm;
-	unsigned long n = 0;
-	pthread_t t;
-
-	fake_state_write(getpid(), 0);
-	pthread_create(&t, NULL, watchdog, NULL);
-	if (ncclCommInitRank(&comm, nranks, id, rank) != 0)
-		_exit(3);
-	if (strcmp(mode, "idle0") == 0) {
-		for (int i = 0; i < (rank == 0 ? 5 : 6); i++) {
-			wait_running();
-			ncclBroadcast(NULL, NULL, 1, 0, 0, comm, NULL);
-			write_count(dir, ++n);
-		}
-		while (!stop) {
-			usleep(10000);
-			write_count(dir, ++n);
-		}
-		_exit(0);
-	}
-	while (!stop) {
-		wait_running();
-		if (stop)
-			break;
-		ncclAllReduce(NULL, NULL, 1, 0, 0, comm, NULL);
-		write_count(dir, ++n);
-		if (rank == 0)
-			usleep(2000);
-	}
-	_exit(0);
-}
 
 int main(int argc, char **argv)
 {
-	const char *dir, *mode;
-	nccl_unique_id id;
-	int nranks;
-	pid_t kids[16];
-	FILE *f;
+	char self[PATH_MAX], lib[PATH_MAX + 64];
+	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	int (*job)(int, char **);
+	void *h;
 
-	if (argc < 3) {
-		fprintf(stderr, "usage: fake-nccl-rank DIR NRANKS [train|idle0]\n");
+	if (n < 0)
+		return 2;
+	self[n] = '\0';
+	snprintf(lib, sizeof(lib), "%s/../fake/libfake-nccl-job.so", dirname(self));
+	h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
+	if (!h) {
+		fprintf(stderr, "fake-nccl-rank: %s\n", dlerror());
 		return 2;
 	}
-	dir = argv[1];
-	nranks = atoi(argv[2]);
-	mode = argc > 3 ? argv[3] : "train";
-	if (nranks < 1 || nranks > 16)
-		return 2;
-	signal(SIGTERM, on_term);
-	srandom((unsigned)getpid());
-	ncclGetUniqueId(&id);
-	for (int r = 0; r < nranks; r++) {
-		kids[r] = fork();
-		if (kids[r] == 0)
-			rank_main(dir, r, nranks, id, mode);
-	}
-	{
-		char path[4096];
-
-		snprintf(path, sizeof(path), "%s/ranks", dir);
-		f = fopen(path, "w");
-		for (int r = 0; f && r < nranks; r++)
-			fprintf(f, "%d\n", (int)kids[r]);
-		if (f)
-			fclose(f);
-	}
-	while (!stop)
-		pause();
-	for (int r = 0; r < nranks; r++)
-		kill(kids[r], SIGTERM);
-	while (wait(NULL) > 0)
-		;
-	return 0;
+	job = (int (*)(int, char **))dlsym(h, "fake_nccl_job");
+	return job ? job(argc, argv) : 2;
 }
