@@ -37,37 +37,72 @@ static int apply_settings(void)
 	return 0;
 }
 
+/* Whether st is root's and no one else can replace what is in it: not
+ * writable by others, or a sticky folder (/tmp), where others cannot
+ * rename or remove an entry of root's. */
+static bool roots_own(const struct stat *st)
+{
+	return st->st_uid == 0 && (!(st->st_mode & (S_IWGRP | S_IWOTH)) ||
+				   (S_ISDIR(st->st_mode) && (st->st_mode & S_ISVTX)));
+}
+
+/* Whether path and every folder above it are root's alone (roots_own):
+ * nobody but root can put another library there. */
+static bool roots_alone(const char *path)
+{
+	char walk[PATH_MAX];
+	struct stat st;
+
+	if (snprintf(walk, sizeof(walk), "%s", path) >= (int)sizeof(walk))
+		return false;
+	for (;;) {
+		char *slash;
+
+		if (lstat(walk, &st) < 0 || !roots_own(&st))
+			return false;
+		slash = strrchr(walk, '/');
+		if (!slash || slash == walk)
+			break;
+		*slash = '\0';
+	}
+	return lstat("/", &st) == 0 && roots_own(&st);
+}
+
 /* stasis's NCCL interposer (PREFIX/lib/stasis beside PREFIX/bin/stasis),
  * first in LD_PRELOAD: a checkpoint then holds the job's NCCL ranks at one
  * collective boundary before the lock (nccl-hold.h). Only a file of root's
- * that no one else can change is preloaded; without it the job runs as
- * before, its ranks locked by the tries alone. */
+ * in folders of root's that no one else can change is preloaded, and only
+ * a path the loader reads as one (it splits LD_PRELOAD at spaces and
+ * colons); otherwise the job runs as before, its ranks locked by the
+ * tries alone. */
 static void preload_interposer(void)
 {
-	char dir[PATH_MAX], shim[PATH_MAX + 64], *both;
+	char dir[PATH_MAX], shim[PATH_MAX + 64], real[PATH_MAX], *both;
 	const char *old = getenv("LD_PRELOAD");
 	struct stat st;
 
 	if (self_dir(dir, sizeof(dir)) < 0)
 		return;
 	snprintf(shim, sizeof(shim), "%s/../lib/stasis/libstasis-nccl.so", dir);
-	if (stat(shim, &st) < 0 || !S_ISREG(st.st_mode) || st.st_uid != 0 ||
-	    (st.st_mode & (S_IWGRP | S_IWOTH))) {
-		fprintf(stderr,
-			"stasis run: no NCCL interposer at %s: NCCL ranks are not held at "
-			"a collective boundary for a checkpoint\n",
-			shim);
+	if (!realpath(shim, real) || stat(real, &st) < 0 || !S_ISREG(st.st_mode) ||
+	    strpbrk(real, " :\t\n") || !roots_alone(real)) {
+		fprintf(
+		    stderr,
+		    "stasis run: no NCCL interposer at %s (missing, or in reach of another user "
+		    "than root): NCCL ranks are not held at a collective boundary for a "
+		    "checkpoint\n",
+		    shim);
 		return;
 	}
-	if (old && *old && asprintf(&both, "%s %s", shim, old) >= 0) {
+	if (old && *old && asprintf(&both, "%s %s", real, old) >= 0) {
 		setenv("LD_PRELOAD", both, 1);
 		free(both);
 	} else
-		setenv("LD_PRELOAD", shim, 1);
+		setenv("LD_PRELOAD", real, 1);
 	fprintf(stderr,
 		"stasis run: LD_PRELOAD=%s: NCCL ranks held at one collective for a "
 		"checkpoint\n",
-		shim);
+		real);
 }
 
 /* The job gets the caller's umask and signal mask back; 127 when its

@@ -150,6 +150,8 @@ static void add_comm(nccl_comm comm, uint64_t id, int rank, int nranks)
 		if (slot_comm[i])
 			continue;
 		slot_splits[i] = 0;
+		/* A slot used before may keep an old hold's target. */
+		__atomic_store_n(&c->target, 0, __ATOMIC_SEQ_CST);
 		c->id = id;
 		c->rank = (uint32_t)rank;
 		c->nranks = (uint32_t)nranks;
@@ -159,8 +161,11 @@ static void add_comm(nccl_comm comm, uint64_t id, int rank, int nranks)
 		__atomic_store_n(&slot_comm[i], comm, __ATOMIC_RELEASE);
 		if (i >= block->ncomms)
 			__atomic_store_n(&block->ncomms, i + 1, __ATOMIC_SEQ_CST);
-		break;
+		pthread_mutex_unlock(&slots_lock);
+		return;
 	}
+	/* Its collectives cannot be held: stasis then keeps the lock's tries. */
+	__atomic_add_fetch(&block->untracked, 1, __ATOMIC_SEQ_CST);
 	pthread_mutex_unlock(&slots_lock);
 }
 
@@ -215,7 +220,8 @@ static bool may_go(int slot)
 }
 
 /* At a boundary: waits while held unless this rank is behind (slot: the
- * collective's communicator, counted once it may go; -1: a group's start).
+ * collective's communicator, counted once it may go; -1: a group's start,
+ * in in_group once it may go; a thread waiting here is in neither).
  * in_check covers the check and the count alone, never NCCL's call (a
  * launch may block while the GPU's queue is full, until a peer catches
  * up): stasis reads the counts when no thread is between the two. */
@@ -236,8 +242,12 @@ static void boundary(int slot)
 		}
 		nanosleep(&tick, NULL);
 	}
+	/* A collective counted, or a group entered, before in_check drops:
+	 * there is no moment when the thread is in neither. */
 	if (slot >= 0)
 		__atomic_add_fetch(&block->comms[slot].issued, 1, __ATOMIC_SEQ_CST);
+	else
+		__atomic_add_fetch(&block->in_group, 1, __ATOMIC_SEQ_CST);
 	__atomic_sub_fetch(&block->in_check, 1, __ATOMIC_SEQ_CST);
 	if (parked)
 		__atomic_sub_fetch(&block->parked, 1, __ATOMIC_SEQ_CST);
@@ -261,11 +271,21 @@ static void collective_begin(nccl_comm comm, enum nccl_shim_op op)
 	__atomic_store_n(&block->comms[slot].last_op, op, __ATOMIC_RELAXED);
 }
 
+/* Whether this thread's open group was counted in in_group (the block may
+ * be made inside a group, by a communicator's creation). */
+static __thread bool group_counted;
+
+/* A group's collectives are counted without a check, as they come: from
+ * its start to its end it is in in_group, and stasis does not take the
+ * counts as final while any is. Its end is left before NCCL's launch,
+ * which may block until a peer catches up. */
 EXPORT nccl_result ncclGroupStart(void)
 {
 	REAL(ncclGroupStart, nccl_result(*)(void));
-	if (block && group_depth == 0)
-		boundary(-1);
+	if (block && group_depth == 0) {
+		boundary(-1); /* in in_group once it may go */
+		group_counted = true;
+	}
 	group_depth++;
 	return fn_ncclGroupStart();
 }
@@ -273,8 +293,10 @@ EXPORT nccl_result ncclGroupStart(void)
 EXPORT nccl_result ncclGroupEnd(void)
 {
 	REAL(ncclGroupEnd, nccl_result(*)(void));
-	if (group_depth > 0)
-		group_depth--;
+	if (group_depth > 0 && --group_depth == 0 && group_counted) {
+		group_counted = false;
+		__atomic_sub_fetch(&block->in_group, 1, __ATOMIC_SEQ_CST);
+	}
 	return fn_ncclGroupEnd();
 }
 

@@ -12,6 +12,8 @@
 #include <stdint.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
+#include <time.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -39,6 +41,55 @@ static struct nccl_shim_block *make_block(int *fd, off_t size, bool seal, uint32
 		assert_int_equal(fcntl(*fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL),
 				 0);
 	return b;
+}
+
+/* A job's file of tmpfs that reads as the interposer's memfd from the
+ * host (its path is /memfd:stasis-nccl, deleted), held open with a read
+ * lease: an open of it by root would wait for the lease to break
+ * (fs.lease-break-time, 45 s). stasis must not open it, nor map it. */
+static void leased_lookalike_passed_over(void **state)
+{
+	int ready[2], fd;
+	char c;
+	pid_t child;
+	struct nccl_hold h;
+	struct timespec t0, t1;
+
+	(void)state;
+	assert_int_equal(pipe(ready), 0);
+	child = fork();
+	assert_true(child >= 0);
+	if (child == 0) {
+		int null = open("/dev/null", O_WRONLY);
+
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		dup2(null, 1);
+		dup2(null, 2);
+		fd = open("/memfd:" NCCL_SHIM_MEMFD, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+		if (fd < 0 || ftruncate(fd, sizeof(struct nccl_shim_block)) < 0)
+			_exit(1);
+		close(fd);
+		/* A lease wants a read-only descriptor of the file's owner. */
+		fd = open("/memfd:" NCCL_SHIM_MEMFD, O_RDONLY);
+		if (fd < 0 || unlink("/memfd:" NCCL_SHIM_MEMFD) < 0 ||
+		    fcntl(fd, F_SETLEASE, F_RDLCK) < 0)
+			_exit(1);
+		if (write(ready[1], "r", 1) != 1)
+			_exit(1);
+		for (;;)
+			pause();
+	}
+	close(ready[1]);
+	assert_int_equal(read(ready[0], &c, 1), 1);
+	close(ready[0]);
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	assert_int_equal(nccl_hold_open(&h, &child, 1), 0);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	assert_int_equal(h.n, 0);
+	assert_true(t1.tv_sec - t0.tv_sec < 2);
+	nccl_hold_close(&h);
+	kill(child, SIGKILL);
+	waitpid(child, NULL, 0);
 }
 
 static void drop_block(struct nccl_shim_block *b, int fd)
@@ -85,17 +136,33 @@ static void hostile_blocks_ignored(void **state)
 	drop_block(b, fd);
 }
 
-/* A process holding only fd (another rank's block), until killed. */
+/* A process holding only fd (another rank's block), until killed: ready
+ * once the other block is closed in it, and gone with the test, without
+ * the test's output (a runner waits for that pipe's end). */
 static pid_t holder_of(int fd, int other)
 {
-	pid_t child = fork();
+	int ready[2];
+	pid_t child;
+	char c;
 
+	assert_int_equal(pipe(ready), 0);
+	child = fork();
 	assert_true(child >= 0);
 	if (child == 0) {
+		int null = open("/dev/null", O_WRONLY);
+
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		dup2(null, 1);
+		dup2(null, 2);
 		close(other);
+		if (write(ready[1], "r", 1) != 1)
+			_exit(1);
 		for (;;)
 			pause();
 	}
+	close(ready[1]);
+	assert_int_equal(read(ready[0], &c, 1), 1);
+	close(ready[0]);
 	(void)fd;
 	return child;
 }
@@ -208,10 +275,46 @@ static void stalled_rank_refused(void **state)
 	drop_block(b, fb);
 }
 
+/* A rank inside a group counts its collectives as they come: while it is
+ * there, equal counts are not final, and a group that never ends is a
+ * stall (refused, every rank let go). */
+static void open_group_not_final(void **state)
+{
+	pid_t self = getpid(), pids[2];
+	struct stasis_error *err = NULL;
+	struct nccl_shim_block *a, *b;
+	struct nccl_hold h;
+	int fa, fb;
+
+	(void)state;
+	a = make_block(&fa, sizeof(*a), true, NCCL_SHIM_MAGIC);
+	b = make_block(&fb, sizeof(*b), true, NCCL_SHIM_MAGIC);
+	two_ranks(a, b);
+	b->comms[0].issued = 7;
+	b->in_group = 1;
+	pids[0] = self;
+	pids[1] = holder_of(fb, fa);
+	assert_int_equal(nccl_hold_open(&h, pids, 2), 0);
+	h.stall_ms = 200;
+	assert_int_equal(nccl_hold_align(&h, &err), -EBUSY);
+	assert_int_equal(a->request, NCCL_SHIM_RUN);
+	stasis_error_free(err);
+	err = NULL;
+	b->in_group = 0;
+	assert_int_equal(nccl_hold_align(&h, &err), 0);
+	nccl_hold_release(&h);
+	nccl_hold_close(&h);
+	end_holder(pids[1]);
+	drop_block(a, fa);
+	drop_block(b, fb);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(hostile_blocks_ignored),
+	    cmocka_unit_test(leased_lookalike_passed_over),
+	    cmocka_unit_test(open_group_not_final),
 	    cmocka_unit_test(behind_rank_catches_up),
 	    cmocka_unit_test(stalled_rank_refused),
 	};

@@ -362,7 +362,9 @@ static int hold_nccl(struct gpu_batch *batch, struct stasis_error **err)
 		return 0;
 	r = nccl_hold_align(batch->nccl, err);
 	batch->nccl_hold_us = now_usec() - start;
-	if (r == 0)
+	/* Some communicator not counted: its collectives may still wait for
+	 * a peer, and the lock keeps its tries. */
+	if (r == 0 && nccl_hold_complete(batch->nccl))
 		batch->lock_rounds = 1;
 	return r;
 }

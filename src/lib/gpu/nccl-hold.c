@@ -9,11 +9,13 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "nccl-shim-wire.h"
@@ -40,8 +42,9 @@ static const char *op_name(uint32_t op)
 	return op < NCCL_OP_COUNT ? op_names[op] : "a collective";
 }
 
-/* fd is the interposer's block: a memfd of the right size that nobody can
- * resize any more. */
+/* fd is the interposer's block: a memfd (only memfd_create's files take
+ * new seals: a tmpfs file of the same name cannot) of the right size that
+ * nobody can resize any more. */
 static struct nccl_shim_block *map_block(int fd, struct stat *st)
 {
 	int seals = fcntl(fd, F_GET_SEALS);
@@ -62,33 +65,71 @@ static struct nccl_shim_block *map_block(int fd, struct stat *st)
 	return b;
 }
 
-/* The block behind pid's descriptor named as the interposer names it. */
+/* One of pid's descriptors, duplicated into stasis through its pidfd: never
+ * opened again by its path, which would let the job swap what the path
+ * names between the check and the open (any file of root's, a device whose
+ * open has effects) or hold the open on a lease. What comes back is checked
+ * as the descriptor stasis now holds. */
+static int take_fd(int pidfd, const char *name)
+{
+	static const char want[] = "/memfd:" NCCL_SHIM_MEMFD " (deleted)";
+	char self[64], link[sizeof(want) + 1];
+	char *end;
+	long n;
+	ssize_t len;
+	int fd;
+
+	errno = 0;
+	n = strtol(name, &end, 10);
+	if (errno || *end || n < 0 || n > INT_MAX)
+		return -1;
+	fd = (int)syscall(SYS_pidfd_getfd, pidfd, (int)n, 0);
+	if (fd < 0)
+		return -1;
+	snprintf(self, sizeof(self), "/proc/self/fd/%d", fd);
+	len = readlink(self, link, sizeof(link));
+	if (len != (ssize_t)sizeof(want) - 1 || memcmp(link, want, sizeof(want) - 1) != 0 ||
+	    (fcntl(fd, F_GETFL) & O_ACCMODE) != O_RDWR) {
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+/* The block behind pid's descriptor named as the interposer names it (the
+ * link read first only to pass over the others cheaply). */
 static struct nccl_shim_block *find_block(pid_t pid, struct stat *st)
 {
 	static const char want[] = "/memfd:" NCCL_SHIM_MEMFD " (deleted)";
 	struct nccl_shim_block *b = NULL;
-	char dir[64], link[sizeof(want) + 1], path[96];
+	char dir[64], link[sizeof(want) + 1];
 	struct dirent *de;
+	int pidfd;
 	DIR *d;
 
+	pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+	if (pidfd < 0)
+		return NULL;
 	snprintf(dir, sizeof(dir), "/proc/%d/fd", (int)pid);
 	d = opendir(dir);
-	if (!d)
+	if (!d) {
+		close(pidfd);
 		return NULL;
+	}
 	while (!b && (de = readdir(d))) {
 		ssize_t len = readlinkat(dirfd(d), de->d_name, link, sizeof(link));
 		int fd;
 
 		if (len != (ssize_t)sizeof(want) - 1 || memcmp(link, want, sizeof(want) - 1) != 0)
 			continue;
-		snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
-		fd = open(path, O_RDWR | O_CLOEXEC | O_NOCTTY);
+		fd = take_fd(pidfd, de->d_name);
 		if (fd < 0)
 			continue;
 		b = map_block(fd, st);
 		close(fd);
 	}
 	closedir(d);
+	close(pidfd);
 	return b;
 }
 
@@ -135,13 +176,23 @@ struct comm_view {
 	uint64_t id, issued;
 };
 
-/* Whether some thread of some rank is between its check and its count. */
+/* Whether some thread of some rank is between its check and its count,
+ * or inside a group, whose collectives are counted as they come. */
 static bool checking(const struct nccl_hold *h)
 {
 	for (size_t i = 0; i < h->n; i++)
-		if (__atomic_load_n(&h->ranks[i].b->in_check, __ATOMIC_SEQ_CST))
+		if (__atomic_load_n(&h->ranks[i].b->in_check, __ATOMIC_SEQ_CST) ||
+		    __atomic_load_n(&h->ranks[i].b->in_group, __ATOMIC_SEQ_CST))
 			return true;
 	return false;
+}
+
+bool nccl_hold_complete(const struct nccl_hold *h)
+{
+	for (size_t i = 0; i < h->n; i++)
+		if (__atomic_load_n(&h->ranks[i].b->untracked, __ATOMIC_SEQ_CST))
+			return false;
+	return true;
 }
 
 static size_t read_comms(const struct nccl_hold *h, struct comm_view *v, size_t max)

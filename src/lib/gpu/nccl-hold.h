@@ -33,6 +33,10 @@ int nccl_hold_open(struct nccl_hold *h, const pid_t *pids, size_t n);
  * peer waits in. */
 int nccl_hold_align(struct nccl_hold *h, struct stasis_error **err);
 
+/* Whether every communicator of the ranks is counted (an interposer that
+ * ran out of slots cannot hold the collectives of the rest). */
+bool nccl_hold_complete(const struct nccl_hold *h);
+
 /* The ranks go on. */
 void nccl_hold_release(struct nccl_hold *h);
 

@@ -49,11 +49,13 @@ struct nccl_shim_comm {
 
 struct nccl_shim_block {
 	uint32_t magic, version;
-	uint32_t request;  /* enum nccl_shim_request, stasis's */
-	uint32_t in_check; /* threads between their check and their count */
-	uint32_t parked;   /* threads waiting at a boundary */
-	uint32_t ncomms;   /* slots used */
-	uint64_t holds;	   /* holds this process has seen */
+	uint32_t request;   /* enum nccl_shim_request, stasis's */
+	uint32_t in_check;  /* threads between their check and their count */
+	uint32_t in_group;  /* threads past a group's start, not yet at its end */
+	uint32_t parked;    /* threads waiting at a boundary */
+	uint32_t ncomms;    /* slots used */
+	uint32_t untracked; /* communicators made with every slot taken */
+	uint64_t holds;	    /* holds this process has seen */
 	struct nccl_shim_comm comms[NCCL_SHIM_COMMS];
 };
 
