@@ -56,6 +56,8 @@ static nccl_comm slot_comm[NCCL_SHIM_COMMS];
 /* How many times each slot's communicator was split, for its children's ids. */
 static uint64_t slot_splits[NCCL_SHIM_COMMS];
 static __thread int group_depth;
+/* The collectives this thread's open group counted, by slot. */
+static __thread uint32_t group_counts[NCCL_SHIM_COMMS];
 
 /* The loaded libnccl, for a handle of its own. */
 static int find_nccl(struct dl_phdr_info *info, size_t size, void *data)
@@ -264,16 +266,36 @@ static void collective_begin(nccl_comm comm, enum nccl_shim_op op)
 	slot = slot_of(comm);
 	if (slot < 0)
 		return;
-	if (group_depth == 0)
+	if (group_depth == 0) {
 		boundary(slot);
-	else
+	} else {
 		__atomic_add_fetch(&block->comms[slot].issued, 1, __ATOMIC_SEQ_CST);
+		group_counts[slot]++;
+	}
 	__atomic_store_n(&block->comms[slot].last_op, op, __ATOMIC_RELAXED);
 }
 
 /* Whether this thread's open group was counted in in_group (the block may
  * be made inside a group, by a communicator's creation). */
 static __thread bool group_counted;
+
+/* The thread's group left: in_group no more, its counts kept or, for a
+ * group only simulated (never launched), taken back. */
+static void group_left(bool launched)
+{
+	if (group_depth == 0 || --group_depth > 0)
+		return;
+	for (int i = 0; i < NCCL_SHIM_COMMS; i++) {
+		if (group_counts[i] && !launched)
+			__atomic_sub_fetch(&block->comms[i].issued, group_counts[i],
+					   __ATOMIC_SEQ_CST);
+		group_counts[i] = 0;
+	}
+	if (group_counted) {
+		group_counted = false;
+		__atomic_sub_fetch(&block->in_group, 1, __ATOMIC_SEQ_CST);
+	}
+}
 
 /* A group's collectives are counted without a check, as they come: from
  * its start to its end it is in in_group, and stasis does not take the
@@ -293,11 +315,16 @@ EXPORT nccl_result ncclGroupStart(void)
 EXPORT nccl_result ncclGroupEnd(void)
 {
 	REAL(ncclGroupEnd, nccl_result(*)(void));
-	if (group_depth > 0 && --group_depth == 0 && group_counted) {
-		group_counted = false;
-		__atomic_sub_fetch(&block->in_group, 1, __ATOMIC_SEQ_CST);
-	}
+	group_left(true);
 	return fn_ncclGroupEnd();
+}
+
+/* Ends a group without launching it (NCCL's estimate of its time). */
+EXPORT nccl_result ncclGroupSimulateEnd(void *info)
+{
+	REAL(ncclGroupSimulateEnd, nccl_result(*)(void *));
+	group_left(false);
+	return fn_ncclGroupSimulateEnd(info);
 }
 
 /* ---- communicators ---- */

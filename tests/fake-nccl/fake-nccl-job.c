@@ -5,10 +5,12 @@
  * children, each a "CUDA" process (it issues work only while the fake
  * driver says it runs) with a thread named as PyTorch's NCCL watchdog, and
  * one communicator between the children.
- *   fake-nccl-rank DIR NRANKS [train|idle0]
+ *   fake-nccl-rank DIR NRANKS [train|group|idle0]
  * train (a DDP job that never pauses): every rank starts collectives
  *   back to back; rank 0 waits 2 ms after each (its loss.item()), the
  *   others run ahead as far as their launch queue lets them.
+ * group: the same, each step two all-reduces in one group (as PyTorch
+ *   coalesces them), launched at the group's end.
  * idle0 (a server whose idle rank waits in a broadcast): rank 0 starts 5
  *   broadcasts and then waits for a request outside NCCL; the others
  *   start 6, the last one waiting for rank 0.
@@ -32,6 +34,8 @@ struct fake_comm;
 int ncclGetUniqueId(nccl_unique_id *id);
 int ncclCommInitRank(struct fake_comm **comm, int nranks, nccl_unique_id id, int rank);
 int ncclAllReduce(const void *s, void *d, size_t n, int t, int op, struct fake_comm *c, void *st);
+int ncclGroupStart(void);
+int ncclGroupEnd(void);
 int ncclBroadcast(const void *s, void *d, size_t n, int t, int root, struct fake_comm *c, void *st);
 
 static volatile sig_atomic_t stop;
@@ -99,8 +103,17 @@ static void rank_main(const char *dir, int rank, int nranks, nccl_unique_id id, 
 		wait_running();
 		if (stop)
 			break;
-		ncclAllReduce(NULL, NULL, 1, 0, 0, comm, NULL);
-		write_count(dir, ++n);
+		if (strcmp(mode, "group") == 0) {
+			ncclGroupStart();
+			ncclAllReduce(NULL, NULL, 1, 0, 0, comm, NULL);
+			ncclAllReduce(NULL, NULL, 1, 0, 0, comm, NULL);
+			ncclGroupEnd();
+			n += 2;
+		} else {
+			ncclAllReduce(NULL, NULL, 1, 0, 0, comm, NULL);
+			n++;
+		}
+		write_count(dir, n);
 		if (rank == 0)
 			usleep(2000);
 	}

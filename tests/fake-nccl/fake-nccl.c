@@ -87,14 +87,28 @@ static uint64_t slowest(const struct fake_comm *c)
 	return min;
 }
 
-static int collective(struct fake_comm *c)
-{
-	uint64_t mine = __atomic_add_fetch(&c->counts[c->rank], 1, __ATOMIC_SEQ_CST);
+/* A group's collectives are launched at its end: only there may a full
+ * launch queue block. */
+static __thread int depth;
+static __thread struct fake_comm *grouped;
 
-	/* A full launch queue: the call blocks until the slowest peer has
-	 * caught up enough for the oldest queued collective to complete. */
+/* A full launch queue: the launch blocks until the slowest peer has
+ * caught up enough for the oldest queued collective to complete. */
+static void launch(struct fake_comm *c)
+{
+	uint64_t mine = __atomic_load_n(&c->counts[c->rank], __ATOMIC_SEQ_CST);
+
 	while (mine > slowest(c) + QUEUE)
 		usleep(200);
+}
+
+static int collective(struct fake_comm *c)
+{
+	__atomic_add_fetch(&c->counts[c->rank], 1, __ATOMIC_SEQ_CST);
+	if (depth)
+		grouped = c;
+	else
+		launch(c);
 	return 0;
 }
 
@@ -112,11 +126,16 @@ EXPORT int ncclBroadcast(const void *s, void *d, size_t n, int t, int root, stru
 
 EXPORT int ncclGroupStart(void)
 {
+	depth++;
 	return 0;
 }
 
 EXPORT int ncclGroupEnd(void)
 {
+	if (depth > 0 && --depth == 0 && grouped) {
+		launch(grouped);
+		grouped = NULL;
+	}
 	return 0;
 }
 
