@@ -27,6 +27,7 @@
 #include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -214,6 +215,38 @@ static bool any_behind(void)
 	return false;
 }
 
+/* Whether the stasis that holds this rank has gone (killed in the
+ * middle): its PID is no more, or is another process's. A hold whose
+ * holder is not known is waited out. */
+static bool holder_gone(void)
+{
+	uint32_t pid = __atomic_load_n(&block->holder_pid, __ATOMIC_SEQ_CST);
+	uint64_t since = __atomic_load_n(&block->holder_start, __ATOMIC_SEQ_CST);
+	char path[64], line[1024], *p;
+	unsigned long long t = 0;
+	int fd;
+	ssize_t n;
+
+	if (!pid || !since)
+		return false;
+	snprintf(path, sizeof(path), "/proc/%u/stat", pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return true;
+	n = read(fd, line, sizeof(line) - 1);
+	close(fd);
+	if (n <= 0)
+		return true;
+	line[n] = '\0';
+	p = strrchr(line, ')');
+	if (!p || sscanf(p + 2,
+			 "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d "
+			 "%*d %*d %*d %llu",
+			 &t) != 1)
+		return false;
+	return t != since;
+}
+
 static bool may_go(int slot)
 {
 	if (__atomic_load_n(&block->request, __ATOMIC_SEQ_CST) != NCCL_SHIM_HOLD)
@@ -231,6 +264,7 @@ static void boundary(int slot)
 {
 	static const struct timespec tick = {.tv_nsec = 100000};
 	bool parked = false;
+	unsigned int ticks = 0;
 
 	for (;;) {
 		__atomic_add_fetch(&block->in_check, 1, __ATOMIC_SEQ_CST);
@@ -241,6 +275,16 @@ static void boundary(int slot)
 			parked = true;
 			__atomic_add_fetch(&block->parked, 1, __ATOMIC_SEQ_CST);
 			__atomic_add_fetch(&block->holds, 1, __ATOMIC_RELAXED);
+		}
+		/* Every 0.1 s: a holder killed in the middle lets no one go. */
+		if (++ticks % 1000 == 0 && holder_gone()) {
+			uint32_t held = NCCL_SHIM_HOLD;
+
+			/* For every thread of the rank; a new stasis's hold
+			 * names its own holder first. */
+			__atomic_compare_exchange_n(&block->request, &held, NCCL_SHIM_RUN, false,
+						    __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+			continue;
 		}
 		nanosleep(&tick, NULL);
 	}

@@ -8,7 +8,8 @@
  * containerd image container's diff at checkpoint), rootfs-apply (its
  * apply at restore, inside the runc link), stage-slow (the write of a
  * staged --leave-running image sleeps 0.5 s a chunk), dump-slow (a tree's
- * CRIU dump starts 1.2 s late, its progress shown), and
+ * CRIU dump starts 1.2 s late, its progress shown), hold-slow (NCCL ranks
+ * held 3 s longer once at one collective, before the lock), and
  * "signal-after-checkpoint" (raise SIGTERM mid-way). */
 #ifndef STASIS_FAULT_H
 #define STASIS_FAULT_H

@@ -358,6 +358,7 @@ static int hold_nccl(struct gpu_batch *batch, struct stasis_error **err)
 	free(pids);
 	if (r < 0)
 		return stasis_error_errno(err, -r, "out of memory");
+	batch->nccl->outlives_holder = batch->nccl_hold_outlives;
 	if (!batch->nccl->n)
 		return 0;
 	r = nccl_hold_align(batch->nccl, err);
@@ -515,7 +516,10 @@ int gpu_rollback(struct gpu_batch *batch, struct stasis_error **err)
 
 int gpu_suspend(struct gpu_batch *batch, struct stasis_error **err)
 {
-	int r = gpu_lock_all(batch, err);
+	int r;
+
+	batch->nccl_hold_outlives = true;
+	r = gpu_lock_all(batch, err);
 
 	if (r == 0)
 		r = gpu_checkpoint_all(batch, err);

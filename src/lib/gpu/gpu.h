@@ -60,7 +60,8 @@ struct gpu_batch {
 	/* NCCL ranks under stasis's interposer, held at one collective
 	 * boundary from before the lock until they run again (nccl-hold.h). */
 	struct nccl_hold *nccl;
-	uint64_t nccl_hold_us; /* how long bringing them there took */
+	bool nccl_hold_outlives; /* gpu suspend: the hold stays after stasis */
+	uint64_t nccl_hold_us;	 /* how long bringing them there took */
 };
 
 /* The processes among pids that hold CUDA state the driver can checkpoint. */

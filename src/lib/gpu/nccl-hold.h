@@ -20,6 +20,10 @@ struct nccl_hold {
 	bool held;	       /* the ranks were asked to wait */
 	unsigned int stall_ms; /* no collective started for this long: refused */
 	unsigned int limit_ms; /* and never longer than this in all */
+	/* The ranks are told who holds them, and let themselves go if that
+	 * stasis dies; not for a hold meant to outlive its command (gpu
+	 * suspend, let go by gpu resume). */
+	bool outlives_holder;
 };
 
 /* The interposer's block of each process of pids that has one (a block

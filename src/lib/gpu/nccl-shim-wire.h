@@ -56,6 +56,13 @@ struct nccl_shim_block {
 	uint32_t ncomms;    /* slots used */
 	uint32_t untracked; /* communicators made with every slot taken */
 	uint64_t holds;	    /* holds this process has seen */
+	/* The stasis that holds the ranks, where the rank sees it in its /proc
+	 * (0: not known): its PID and start time (field 22 of its stat). A
+	 * rank whose holder is gone lets itself go: a stasis killed while it
+	 * holds the job must not leave it waiting for ever. */
+	uint64_t holder_start;
+	uint32_t holder_pid;
+	uint32_t pad;
 	struct nccl_shim_comm comms[NCCL_SHIM_COMMS];
 };
 
