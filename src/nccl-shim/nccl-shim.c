@@ -15,11 +15,12 @@
  * ncclGroupStart that opens one (a group's collectives are launched by
  * its ncclGroupEnd: waiting inside one would keep the group's earlier
  * collectives, already counted, from their peers). Nothing else of NCCL's
- * is changed; with no hold, a collective costs two atomic additions.
+ * is changed; with no hold, a collective costs a few atomic operations.
  *
- * The counters live in a memfd sealed at its size (nccl-shim-wire.h),
- * which stasis opens through /proc/PID/fd; CRIU saves and restores it with
- * the process, so a restored rank still waits until stasis lets it go. */
+ * The counters live in a memfd sealed at its size (nccl-shim-wire.h), of
+ * which stasis takes a copy through the rank's pidfd; CRIU saves and
+ * restores it with the process, so a restored rank still waits until
+ * stasis lets it go (or finds the stasis that held it gone). */
 
 #include <dlfcn.h>
 #include <link.h>
