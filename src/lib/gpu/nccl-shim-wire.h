@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* What stasis's NCCL interposer (src/nccl-shim) and stasis share: one
- * page of counters in a sealed memfd of the rank's, which stasis opens
- * through /proc/PID/fd. The interposer counts the collectives each
+ * page of counters in a sealed memfd of the rank's, of which stasis takes
+ * a copy through the rank's pidfd (pidfd_getfd). The interposer counts the collectives each
  * communicator has started; stasis, to hold the ranks, sets `request`,
  * reads the counts of every rank and writes each communicator's `target`,
  * the count every rank may reach and none pass. A rank behind launches up
