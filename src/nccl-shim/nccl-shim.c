@@ -223,10 +223,10 @@ static bool holder_gone(void)
 {
 	uint32_t pid = __atomic_load_n(&block->holder_pid, __ATOMIC_SEQ_CST);
 	uint64_t since = __atomic_load_n(&block->holder_start, __ATOMIC_SEQ_CST);
-	char path[64], line[1024], *p;
-	unsigned long long t = 0;
-	int fd;
+	char path[64], line[1024];
+	uint64_t now;
 	ssize_t n;
+	int fd;
 
 	if (!pid || !since)
 		return false;
@@ -239,13 +239,8 @@ static bool holder_gone(void)
 	if (n <= 0)
 		return true;
 	line[n] = '\0';
-	p = strrchr(line, ')');
-	if (!p || sscanf(p + 2,
-			 "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d "
-			 "%*d %*d %*d %llu",
-			 &t) != 1)
-		return false;
-	return t != since;
+	now = nccl_shim_stat_start(line);
+	return now && now != since;
 }
 
 static bool may_go(int slot)

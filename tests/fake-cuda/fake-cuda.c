@@ -130,26 +130,31 @@ static unsigned int delay_ms(const char *call)
 	return at && at[strlen(call)] == ':' ? (unsigned int)atoi(at + strlen(call) + 1) : 0;
 }
 
+/* The state letter of pid's stat ('\0' where unknown). */
+static char stat_state(int pid)
+{
+	char path[64], line[512], *paren, state = '\0';
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+	f = fopen(path, "r");
+	if (f && fgets(line, sizeof(line), f) && (paren = strrchr(line, ')')))
+		state = paren[2];
+	if (f)
+		fclose(f);
+	return state;
+}
+
 /* Gone or a zombie: driver 580 answers every call about such a process,
  * get-state included, with CUDA_ERROR_OPERATING_SYSTEM. The unit tests'
  * processes are made up, hence FAKE_CUDA_LIVE. */
 static int exited(int pid)
 {
-	char path[64], line[512], *paren;
-	FILE *f;
-	int zombie = 0;
-
 	if (!getenv("FAKE_CUDA_LIVE"))
 		return 0;
 	if (kill(pid, 0) < 0 && errno == ESRCH)
 		return 1;
-	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
-	f = fopen(path, "r");
-	if (f && fgets(line, sizeof(line), f) && (paren = strrchr(line, ')')))
-		zombie = paren[2] == 'Z';
-	if (f)
-		fclose(f);
-	return zombie;
+	return stat_state(pid) == 'Z';
 }
 
 /* Whether pid's thread (the fake's restore thread) sits in a tracing
@@ -160,19 +165,7 @@ static int exited(int pid)
  * catches the caller, where the real one would hang. */
 static int held_by_tracer(int pid)
 {
-	char path[64], line[512], *paren;
-	FILE *f;
-	int held = 0;
-
-	if (!getenv("FAKE_CUDA_LIVE"))
-		return 0;
-	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
-	f = fopen(path, "r");
-	if (f && fgets(line, sizeof(line), f) && (paren = strrchr(line, ')')))
-		held = paren[2] == 't';
-	if (f)
-		fclose(f);
-	return held;
+	return getenv("FAKE_CUDA_LIVE") && stat_state(pid) == 't';
 }
 
 static CUresult transition(const char *call, int pid, CUprocessState from, CUprocessState to)

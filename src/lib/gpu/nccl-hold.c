@@ -66,6 +66,13 @@ static struct nccl_shim_block *map_block(int fd, struct stat *st)
 	return b;
 }
 
+/* Whether a link read (len bytes, not terminated) names the block. */
+static bool is_block_link(const char *link, ssize_t len)
+{
+	return len == (ssize_t)sizeof(NCCL_SHIM_FD_LINK) - 1 &&
+	       memcmp(link, NCCL_SHIM_FD_LINK, sizeof(NCCL_SHIM_FD_LINK) - 1) == 0;
+}
+
 /* One of pid's descriptors, duplicated into stasis through its pidfd: never
  * opened again by its path, which would let the job swap what the path
  * names between the check and the open (any file of root's, a device whose
@@ -73,8 +80,7 @@ static struct nccl_shim_block *map_block(int fd, struct stat *st)
  * as the descriptor stasis now holds. */
 static int take_fd(int pidfd, const char *name)
 {
-	static const char want[] = "/memfd:" NCCL_SHIM_MEMFD " (deleted)";
-	char self[64], link[sizeof(want) + 1];
+	char self[64], link[sizeof(NCCL_SHIM_FD_LINK) + 1];
 	char *end;
 	long n;
 	ssize_t len;
@@ -89,8 +95,7 @@ static int take_fd(int pidfd, const char *name)
 		return -1;
 	snprintf(self, sizeof(self), "/proc/self/fd/%d", fd);
 	len = readlink(self, link, sizeof(link));
-	if (len != (ssize_t)sizeof(want) - 1 || memcmp(link, want, sizeof(want) - 1) != 0 ||
-	    (fcntl(fd, F_GETFL) & O_ACCMODE) != O_RDWR) {
+	if (!is_block_link(link, len) || (fcntl(fd, F_GETFL) & O_ACCMODE) != O_RDWR) {
 		close(fd);
 		return -1;
 	}
@@ -101,9 +106,8 @@ static int take_fd(int pidfd, const char *name)
  * link read first only to pass over the others cheaply). */
 static struct nccl_shim_block *find_block(pid_t pid, struct stat *st)
 {
-	static const char want[] = "/memfd:" NCCL_SHIM_MEMFD " (deleted)";
 	struct nccl_shim_block *b = NULL;
-	char dir[64], link[sizeof(want) + 1];
+	char dir[64], link[sizeof(NCCL_SHIM_FD_LINK) + 1];
 	struct dirent *de;
 	int pidfd;
 	DIR *d;
@@ -121,7 +125,7 @@ static struct nccl_shim_block *find_block(pid_t pid, struct stat *st)
 		ssize_t len = readlinkat(dirfd(d), de->d_name, link, sizeof(link));
 		int fd;
 
-		if (len != (ssize_t)sizeof(want) - 1 || memcmp(link, want, sizeof(want) - 1) != 0)
+		if (!is_block_link(link, len))
 			continue;
 		fd = take_fd(pidfd, de->d_name);
 		if (fd < 0)
@@ -241,28 +245,16 @@ static bool set_targets(const struct nccl_hold *h, const struct comm_view *v, si
 	return there;
 }
 
-/* Field 22 of /proc/PID/stat (PID 0: this process), 0 when unknown. */
-static uint64_t start_time(pid_t pid)
+/* This process's start time (field 22 of its stat), 0 when unknown. */
+static uint64_t own_start_time(void)
 {
-	char path[64], line[1024], *p;
-	unsigned long long t = 0;
-	FILE *f;
+	char line[1024];
+	FILE *f = fopen("/proc/self/stat", "re");
+	bool read = f && fgets(line, sizeof(line), f);
 
-	if (pid)
-		snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-	else
-		snprintf(path, sizeof(path), "/proc/self/stat");
-	f = fopen(path, "re");
-	if (!f)
-		return 0;
-	p = fgets(line, sizeof(line), f) ? strrchr(line, ')') : NULL;
-	fclose(f);
-	if (!p || sscanf(p + 2,
-			 "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d "
-			 "%*d %*d %*d %llu",
-			 &t) != 1)
-		return 0;
-	return t;
+	if (f)
+		fclose(f);
+	return read ? nccl_shim_stat_start(line) : 0;
 }
 
 /* Whether pid sees stasis under stasis's own PID: it shares stasis's PID
@@ -280,7 +272,7 @@ static bool same_pid_ns(pid_t pid)
 
 static void set_request(const struct nccl_hold *h, uint32_t request)
 {
-	uint64_t since = request == NCCL_SHIM_HOLD && !h->outlives_holder ? start_time(0) : 0;
+	uint64_t since = request == NCCL_SHIM_HOLD && !h->outlives_holder ? own_start_time() : 0;
 
 	for (size_t i = 0; i < h->n; i++) {
 		struct nccl_shim_block *b = h->ranks[i].b;

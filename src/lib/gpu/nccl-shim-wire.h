@@ -13,6 +13,8 @@
 #define STASIS_NCCL_SHIM_WIRE_H
 
 #include <stdint.h>
+#include <stdio.h>
+#include <string.h>
 
 /* The memfd's name; /proc/PID/fd shows it as "/memfd:stasis-nccl (deleted)". */
 #define NCCL_SHIM_MEMFD "stasis-nccl"
@@ -65,5 +67,23 @@ struct nccl_shim_block {
 	uint32_t pad;
 	struct nccl_shim_comm comms[NCCL_SHIM_COMMS];
 };
+
+/* A /proc/PID/stat line's start time (field 22), the holder's identity
+ * on both sides; 0 when the line has none. */
+static inline uint64_t nccl_shim_stat_start(const char *line)
+{
+	const char *p = strrchr(line, ')');
+	unsigned long long t = 0;
+
+	if (!p || sscanf(p + 1,
+			 " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d "
+			 "%*d %*d %*d %llu",
+			 &t) != 1)
+		return 0;
+	return t;
+}
+
+/* The memfd's descriptor as /proc shows its link. */
+#define NCCL_SHIM_FD_LINK "/memfd:" NCCL_SHIM_MEMFD " (deleted)"
 
 #endif
