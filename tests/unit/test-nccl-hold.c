@@ -191,6 +191,37 @@ static void two_ranks(struct nccl_shim_block *a, struct nccl_shim_block *b)
 					      .live = 1};
 }
 
+/* Two ranks' blocks, one in this process and one in a holder process. */
+struct two {
+	struct nccl_shim_block *a, *b;
+	int fa, fb;
+	pid_t pids[2];
+	struct nccl_hold h;
+};
+
+/* Opened by a hold once edit (if any) has set the blocks up. */
+static void two_open(struct two *t,
+		     void (*edit)(struct nccl_shim_block *, struct nccl_shim_block *))
+{
+	t->a = make_block(&t->fa, sizeof(*t->a), true, NCCL_SHIM_MAGIC);
+	t->b = make_block(&t->fb, sizeof(*t->b), true, NCCL_SHIM_MAGIC);
+	two_ranks(t->a, t->b);
+	if (edit)
+		edit(t->a, t->b);
+	t->pids[0] = getpid();
+	t->pids[1] = holder_of(t->fb, t->fa);
+	assert_int_equal(nccl_hold_open(&t->h, t->pids, 2), 0);
+	assert_int_equal(t->h.n, 2);
+}
+
+static void two_close(struct two *t)
+{
+	nccl_hold_close(&t->h);
+	end_holder(t->pids[1]);
+	drop_block(t->a, t->fa);
+	drop_block(t->b, t->fb);
+}
+
 /* As the interposer of a rank behind: starts collectives up to its target. */
 static void *catch_up(void *arg)
 {
@@ -212,67 +243,56 @@ static void *catch_up(void *arg)
 
 static void behind_rank_catches_up(void **state)
 {
-	pid_t self = getpid(), pids[2];
 	struct stasis_error *err = NULL;
-	struct nccl_shim_block *a, *b;
-	struct nccl_hold h;
-	pthread_t t;
-	int fa, fb;
+	struct two t;
+	pthread_t thread;
 
 	(void)state;
-	a = make_block(&fa, sizeof(*a), true, NCCL_SHIM_MAGIC);
-	b = make_block(&fb, sizeof(*b), true, NCCL_SHIM_MAGIC);
-	two_ranks(a, b);
-	pids[0] = self;
-	pids[1] = holder_of(fb, fa);
-	assert_int_equal(nccl_hold_open(&h, pids, 2), 0);
-	assert_int_equal(h.n, 2);
-	pthread_create(&t, NULL, catch_up, b);
-	assert_int_equal(nccl_hold_align(&h, &err), 0);
-	pthread_join(t, NULL);
-	assert_int_equal(b->comms[0].issued, 7);
-	assert_int_equal(a->request, NCCL_SHIM_HOLD);
-	assert_int_equal(a->comms[0].target, 7);
-	nccl_hold_release(&h);
-	assert_int_equal(a->request, NCCL_SHIM_RUN);
-	assert_int_equal(b->request, NCCL_SHIM_RUN);
-	nccl_hold_close(&h);
-	end_holder(pids[1]);
-	drop_block(a, fa);
-	drop_block(b, fb);
+	two_open(&t, NULL);
+	pthread_create(&thread, NULL, catch_up, t.b);
+	assert_int_equal(nccl_hold_align(&t.h, &err), 0);
+	pthread_join(thread, NULL);
+	assert_int_equal(t.b->comms[0].issued, 7);
+	assert_int_equal(t.a->request, NCCL_SHIM_HOLD);
+	assert_int_equal(t.a->comms[0].target, 7);
+	nccl_hold_release(&t.h);
+	assert_int_equal(t.a->request, NCCL_SHIM_RUN);
+	assert_int_equal(t.b->request, NCCL_SHIM_RUN);
+	two_close(&t);
+}
+
+static void last_op_broadcast(struct nccl_shim_block *a, struct nccl_shim_block *b)
+{
+	(void)b;
+	a->comms[0].last_op = NCCL_OP_BROADCAST;
 }
 
 static void stalled_rank_refused(void **state)
 {
-	pid_t self = getpid(), pids[2];
 	struct stasis_error *err = NULL;
-	struct nccl_shim_block *a, *b;
-	struct nccl_hold h;
-	int fa, fb;
+	struct two t;
 
 	(void)state;
-	a = make_block(&fa, sizeof(*a), true, NCCL_SHIM_MAGIC);
-	b = make_block(&fb, sizeof(*b), true, NCCL_SHIM_MAGIC);
-	two_ranks(a, b);
-	a->comms[0].last_op = NCCL_OP_BROADCAST;
-	pids[0] = self;
-	pids[1] = holder_of(fb, fa);
-	assert_int_equal(nccl_hold_open(&h, pids, 2), 0);
-	assert_int_equal(h.n, 2);
-	h.stall_ms = 200;
-	assert_int_equal(nccl_hold_align(&h, &err), -EBUSY);
+	two_open(&t, last_op_broadcast);
+	t.h.stall_ms = 200;
+	assert_int_equal(nccl_hold_align(&t.h, &err), -EBUSY);
 	assert_non_null(err);
 	assert_non_null(strstr(err->message, "(rank 0 of an NCCL communicator of 2) waits in its "
 					     "collective 7 (ncclBroadcast)"));
 	assert_non_null(strstr(err->message, "(rank 1) has not started within 200 ms"));
 	/* Let go: the job runs on. */
-	assert_int_equal(a->request, NCCL_SHIM_RUN);
-	assert_int_equal(b->request, NCCL_SHIM_RUN);
+	assert_int_equal(t.a->request, NCCL_SHIM_RUN);
+	assert_int_equal(t.b->request, NCCL_SHIM_RUN);
 	stasis_error_free(err);
-	nccl_hold_close(&h);
-	end_holder(pids[1]);
-	drop_block(a, fa);
-	drop_block(b, fb);
+	two_close(&t);
+}
+
+/* Rank b at the same count, inside a group. */
+static void b_in_group(struct nccl_shim_block *a, struct nccl_shim_block *b)
+{
+	(void)a;
+	b->comms[0].issued = 7;
+	b->in_group = 1;
 }
 
 /* A rank inside a group counts its collectives as they come: while it is
@@ -280,33 +300,20 @@ static void stalled_rank_refused(void **state)
  * stall (refused, every rank let go). */
 static void open_group_not_final(void **state)
 {
-	pid_t self = getpid(), pids[2];
 	struct stasis_error *err = NULL;
-	struct nccl_shim_block *a, *b;
-	struct nccl_hold h;
-	int fa, fb;
+	struct two t;
 
 	(void)state;
-	a = make_block(&fa, sizeof(*a), true, NCCL_SHIM_MAGIC);
-	b = make_block(&fb, sizeof(*b), true, NCCL_SHIM_MAGIC);
-	two_ranks(a, b);
-	b->comms[0].issued = 7;
-	b->in_group = 1;
-	pids[0] = self;
-	pids[1] = holder_of(fb, fa);
-	assert_int_equal(nccl_hold_open(&h, pids, 2), 0);
-	h.stall_ms = 200;
-	assert_int_equal(nccl_hold_align(&h, &err), -EBUSY);
-	assert_int_equal(a->request, NCCL_SHIM_RUN);
+	two_open(&t, b_in_group);
+	t.h.stall_ms = 200;
+	assert_int_equal(nccl_hold_align(&t.h, &err), -EBUSY);
+	assert_int_equal(t.a->request, NCCL_SHIM_RUN);
 	stasis_error_free(err);
 	err = NULL;
-	b->in_group = 0;
-	assert_int_equal(nccl_hold_align(&h, &err), 0);
-	nccl_hold_release(&h);
-	nccl_hold_close(&h);
-	end_holder(pids[1]);
-	drop_block(a, fa);
-	drop_block(b, fb);
+	t.b->in_group = 0;
+	assert_int_equal(nccl_hold_align(&t.h, &err), 0);
+	nccl_hold_release(&t.h);
+	two_close(&t);
 }
 
 int main(void)
