@@ -91,9 +91,11 @@ $(STASIS): $(LIB_OBJ) $(CLI_OBJ)
 PLUGIN_SRC := $(wildcard src/criu-plugin/*.c)
 
 # Loaded into a job's processes: no library of stasis's, nothing but libc.
-$(NCCL_SHIM): src/nccl-shim/nccl-shim.c src/lib/gpu/nccl-shim-wire.h
+NCCL_SHIM_SRC := $(wildcard src/nccl-shim/*.c)
+$(NCCL_SHIM): $(NCCL_SHIM_SRC) src/nccl-shim/shim.h src/nccl-shim/shim-comms.h src/lib/gpu/nccl-shim-wire.h
 	@mkdir -p $(dir $@)
-	$(CC) -D_GNU_SOURCE -Isrc/lib/gpu $(CFLAGS) -fvisibility=hidden -shared -fPIC -o $@ $< -ldl
+	$(CC) -D_GNU_SOURCE -Isrc/lib/gpu $(CFLAGS) -fvisibility=hidden -shared -fPIC -o $@ \
+		$(NCCL_SHIM_SRC) -ldl -pthread
 
 $(PLUGIN): $(PLUGIN_SRC) src/criu-plugin/plugin.h src/lib/gpu/plugin-wire.h $(CRIU)/lib/libcriu.a
 	@mkdir -p $(dir $@)

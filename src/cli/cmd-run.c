@@ -17,8 +17,10 @@
 #include "nccl.h"
 #include "util.h"
 
-/* Each setting into the environment, said once on stderr. */
-static int apply_settings(void)
+/* Each setting into the environment, said once on stderr; under the
+ * interposer, which takes the communicators apart, NCCL keeps its fast
+ * transports. */
+static int apply_settings(bool interposer)
 {
 	size_t n;
 	const struct nccl_setting *s = nccl_settings(&n);
@@ -26,6 +28,8 @@ static int apply_settings(void)
 	for (size_t i = 0; i < n; i++) {
 		const char *old = getenv(s[i].name);
 
+		if (interposer && s[i].taken_apart)
+			continue;
 		if (old && strcmp(old, s[i].value) != 0)
 			fprintf(stderr, "stasis run: %s=%s (it was %s): %s\n", s[i].name,
 				s[i].value, old, s[i].why);
@@ -70,19 +74,20 @@ static bool roots_alone(const char *path)
 
 /* stasis's NCCL interposer (PREFIX/lib/stasis beside PREFIX/bin/stasis),
  * first in LD_PRELOAD: a checkpoint then holds the job's NCCL ranks at one
- * collective boundary before the lock (nccl-hold.h). Only a file of root's
- * in folders of root's that no one else can change is preloaded, and only
- * a path the loader reads as one (it splits LD_PRELOAD at spaces and
- * colons); otherwise the job runs as before, its ranks locked by the
- * tries alone. */
-static void preload_interposer(void)
+ * collective boundary before the lock and takes their communicators apart
+ * (nccl-hold.h). Only a file of root's in folders of root's that no one
+ * else can change is preloaded, and only a path the loader reads as one
+ * (it splits LD_PRELOAD at spaces and colons); otherwise the job runs as
+ * before, its ranks locked by the tries alone, its fast transports off.
+ * Returns whether it is preloaded. */
+static bool preload_interposer(void)
 {
 	char dir[PATH_MAX], shim[PATH_MAX + 64], real[PATH_MAX], *both;
 	const char *old = getenv("LD_PRELOAD");
 	struct stat st;
 
 	if (self_dir(dir, sizeof(dir)) < 0)
-		return;
+		return false;
 	snprintf(shim, sizeof(shim), "%s/../lib/stasis/libstasis-nccl.so", dir);
 	if (!realpath(shim, real) || stat(real, &st) < 0 || !S_ISREG(st.st_mode) ||
 	    strpbrk(real, " :\t\n") || !roots_alone(real)) {
@@ -92,7 +97,7 @@ static void preload_interposer(void)
 		    "than root): NCCL ranks are not held at a collective boundary for a "
 		    "checkpoint\n",
 		    shim);
-		return;
+		return false;
 	}
 	if (old && *old && asprintf(&both, "%s %s", real, old) >= 0) {
 		setenv("LD_PRELOAD", both, 1);
@@ -101,8 +106,10 @@ static void preload_interposer(void)
 		setenv("LD_PRELOAD", real, 1);
 	fprintf(stderr,
 		"stasis run: LD_PRELOAD=%s: NCCL ranks held at one collective for a "
-		"checkpoint\n",
+		"checkpoint, their communicators taken apart and made again, NCCL's fast "
+		"transports on\n",
 		real);
+	return true;
 }
 
 /* The job gets the caller's umask and signal mask back; 127 when its
@@ -142,8 +149,7 @@ int cmd_run(int argc, char **argv)
 		return cli_option_error("run", c, argv, "+:");
 	if (optind >= argc)
 		return cli_usage_error("run", "which command? (stasis run [--] COMMAND...)");
-	preload_interposer();
-	if (apply_settings() < 0) {
+	if (apply_settings(preload_interposer()) < 0) {
 		fprintf(stderr, "stasis run: error: setting the environment: %s\n",
 			strerror(errno));
 		return EXIT_FAILED;

@@ -321,12 +321,42 @@ EXPORT CUresult cuCheckpointProcessLock(int pid, CUcheckpointLockArgs *args)
 
 static void record_hold(int pid, const char *step);
 
+/* STATE.p2p: pid was checkpointed while a fake NCCL communicator of its
+ * mapped its peers' memory ($FAKE_NCCL_DIR/p2p-PID): like driver 580, the
+ * checkpoint succeeds and the restore fails, leaving it checkpointed. */
+static void p2p_marker(int pid, char *path, size_t size)
+{
+	fake_state_path(state_pid(pid), path, size);
+	strncat(path, ".p2p", size - strlen(path) - 1);
+}
+
+static void record_p2p(int pid)
+{
+	const char *dir = getenv("FAKE_NCCL_DIR");
+	char path[4096];
+	int fd;
+
+	if (!dir)
+		return;
+	snprintf(path, sizeof(path), "%s/p2p-%d", dir, pid);
+	if (access(path, F_OK) != 0)
+		return;
+	p2p_marker(pid, path, sizeof(path));
+	fd = open(path, O_WRONLY | O_CREAT, 0600);
+	if (fd >= 0)
+		close(fd);
+}
+
 EXPORT CUresult cuCheckpointProcessCheckpoint(int pid, CUcheckpointCheckpointArgs *args)
 {
+	CUresult r;
+
 	(void)args;
 	record_hold(pid, "checkpoint");
-	return transition("checkpoint", pid, CU_PROCESS_STATE_LOCKED,
-			  CU_PROCESS_STATE_CHECKPOINTED);
+	r = transition("checkpoint", pid, CU_PROCESS_STATE_LOCKED, CU_PROCESS_STATE_CHECKPOINTED);
+	if (r == CUDA_SUCCESS)
+		record_p2p(pid);
+	return r;
 }
 
 /* Where the process stood when the driver checkpointed or restored it, for
@@ -382,6 +412,13 @@ EXPORT CUresult cuCheckpointProcessRestore(int pid, CUcheckpointRestoreArgs *arg
 		/* Like driver 580: the pairs must pair the one GPU with one GPU. */
 		if (args->gpuPairsCount != 1)
 			return CUDA_ERROR_INVALID_VALUE;
+	}
+	{
+		char marker[4096];
+
+		p2p_marker(pid, marker, sizeof(marker));
+		if (access(marker, F_OK) == 0)
+			return CUDA_ERROR_NOT_SUPPORTED;
 	}
 	return transition("restore", pid, CU_PROCESS_STATE_CHECKPOINTED, CU_PROCESS_STATE_LOCKED);
 }

@@ -14,6 +14,8 @@
  * idle0 (a server whose idle rank waits in a broadcast): rank 0 starts 5
  *   broadcasts and then waits for a request outside NCCL; the others
  *   start 6, the last one waiting for rank 0.
+ * registered: train, with a buffer registered with the communicator
+ *   (which keeps stasis's interposer from taking it apart).
  * DIR/count-PID: each rank's collectives (ticks, once idle), rewritten
  * as they go; DIR/ranks: the ranks' PIDs. */
 #include <pthread.h>
@@ -37,6 +39,7 @@ int ncclAllReduce(const void *s, void *d, size_t n, int t, int op, struct fake_c
 int ncclGroupStart(void);
 int ncclGroupEnd(void);
 int ncclBroadcast(const void *s, void *d, size_t n, int t, int root, struct fake_comm *c, void *st);
+int ncclCommRegister(struct fake_comm *c, void *buf, size_t size, void **handle);
 
 static volatile sig_atomic_t stop;
 
@@ -87,6 +90,13 @@ static void rank_main(const char *dir, int rank, int nranks, nccl_unique_id id, 
 	pthread_create(&t, NULL, watchdog, NULL);
 	if (ncclCommInitRank(&comm, nranks, id, rank) != 0)
 		_exit(3);
+	if (strcmp(mode, "registered") == 0) {
+		static char buf[4096];
+		void *handle;
+
+		if (ncclCommRegister(comm, buf, sizeof(buf), &handle) != 0)
+			_exit(3);
+	}
 	if (strcmp(mode, "idle0") == 0) {
 		for (int i = 0; i < (rank == 0 ? 5 : 6); i++) {
 			wait_running();
@@ -109,8 +119,11 @@ static void rank_main(const char *dir, int rank, int nranks, nccl_unique_id id, 
 			ncclAllReduce(NULL, NULL, 1, 0, 0, comm, NULL);
 			ncclGroupEnd();
 			n += 2;
+		} else if (ncclAllReduce(NULL, NULL, 1, 0, 0, comm, NULL) != 0) {
+			/* A communicator that could not be made again. */
+			write_count(dir, 0);
+			_exit(4);
 		} else {
-			ncclAllReduce(NULL, NULL, 1, 0, 0, comm, NULL);
 			n++;
 		}
 		write_count(dir, n);

@@ -9,7 +9,12 @@
  * launch queue). The fake driver (fake-cuda.c) reads the same counts to
  * decide whether a rank's queued work can drain for its lock.
  * Each rank also says where its counts are: $FAKE_NCCL_DIR/rank-PID holds
- * "ID RANK NRANKS". */
+ * "ID RANK NRANKS".
+ * NCCL's fast transports map a rank's memory into its peers; the real
+ * driver checkpoints such a rank but fails its restore. Here a rank with a
+ * live communicator made without NCCL_P2P_DISABLE=1 has the file
+ * $FAKE_NCCL_DIR/p2p-PID, and the fake driver fails the restore of a rank
+ * checkpointed with it (fake-cuda.c). */
 #include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -27,14 +32,39 @@ typedef struct {
 
 struct fake_comm {
 	int rank, nranks;
+	int p2p; /* made with the fast transports on */
 	uint64_t *counts;
 };
+
+static int p2p_live;
 
 static const char *dir(void)
 {
 	const char *d = getenv("FAKE_NCCL_DIR");
 
 	return d && *d ? d : "/tmp/fake-nccl";
+}
+
+static void p2p_file(int delta)
+{
+	char path[4096];
+	int fd;
+
+	p2p_live += delta;
+	snprintf(path, sizeof(path), "%s/p2p-%d", dir(), (int)getpid());
+	if (p2p_live > 0) {
+		fd = open(path, O_WRONLY | O_CREAT, 0600);
+		if (fd >= 0)
+			close(fd);
+	} else {
+		unlink(path);
+	}
+}
+
+EXPORT int ncclGetVersion(int *version)
+{
+	*version = 22809;
+	return 0;
 }
 
 EXPORT int ncclGetUniqueId(nccl_unique_id *id)
@@ -44,7 +74,9 @@ EXPORT int ncclGetUniqueId(nccl_unique_id *id)
 	return 0;
 }
 
-EXPORT int ncclCommInitRank(struct fake_comm **comm, int nranks, nccl_unique_id id, int rank)
+/* NCCL's entry points call its internals, never each other: an
+ * interposer sees each of the job's calls once. */
+static int init_rank(struct fake_comm **comm, int nranks, nccl_unique_id id, int rank)
 {
 	char path[4096];
 	struct fake_comm *c = calloc(1, sizeof(*c));
@@ -70,8 +102,52 @@ EXPORT int ncclCommInitRank(struct fake_comm **comm, int nranks, nccl_unique_id 
 		fprintf(f, "%.16s %d %d\n", id.internal, rank, nranks);
 		fclose(f);
 	}
+	{
+		const char *p2p = getenv("NCCL_P2P_DISABLE");
+
+		c->p2p = !p2p || strcmp(p2p, "1") != 0;
+		if (c->p2p)
+			p2p_file(1);
+	}
 	*comm = c;
 	return 0;
+}
+
+EXPORT int ncclCommInitRank(struct fake_comm **comm, int nranks, nccl_unique_id id, int rank)
+{
+	return init_rank(comm, nranks, id, rank);
+}
+
+EXPORT int ncclCommInitRankConfig(struct fake_comm **comm, int nranks, nccl_unique_id id, int rank,
+				  void *config)
+{
+	(void)config;
+	return init_rank(comm, nranks, id, rank);
+}
+
+EXPORT int ncclCommFinalize(struct fake_comm *c)
+{
+	return c ? 0 : 4;
+}
+
+EXPORT int ncclCommGetAsyncError(struct fake_comm *c, int *error)
+{
+	*error = 0;
+	return c ? 0 : 4;
+}
+
+EXPORT int ncclCommCuDevice(struct fake_comm *c, int *device)
+{
+	*device = 0;
+	return c ? 0 : 4;
+}
+
+/* Counted by the interposer: a communicator that holds one cannot be
+ * taken apart. */
+EXPORT int ncclCommRegister(struct fake_comm *c, void *buf, size_t size, void **handle)
+{
+	*handle = buf;
+	return c ? 0 : 4;
 }
 
 static uint64_t slowest(const struct fake_comm *c)
@@ -153,6 +229,8 @@ EXPORT int ncclCommCount(struct fake_comm *c, int *count)
 
 EXPORT int ncclCommDestroy(struct fake_comm *c)
 {
+	if (c->p2p)
+		p2p_file(-1);
 	munmap(c->counts, (size_t)c->nranks * sizeof(uint64_t));
 	free(c);
 	return 0;

@@ -11,6 +11,7 @@
 
 #include "fault.h"
 #include "nccl-hold.h"
+#include "nccl.h"
 #include "proc.h"
 #include "progress.h"
 #include "util.h"
@@ -340,11 +341,13 @@ static int rollback_steps(struct gpu_batch *batch, struct stasis_error **err);
 
 /* The ranks under stasis's NCCL interposer, brought to one collective
  * boundary and held there: then nothing queued waits for a locked peer,
- * and one try of the lock is enough. Ranks without it keep the tries of
+ * and one try of the lock is enough. Held, they take their communicators
+ * apart, so that what NCCL's fast transports map between them is gone
+ * before the driver's checkpoint. Ranks without it keep the tries of
  * nccl_lock_rounds, each no longer than a rank can take to drain. */
 static int hold_nccl(struct gpu_batch *batch, struct stasis_error **err)
 {
-	pid_t *pids = calloc(batch->n ? batch->n : 1, sizeof(*pids));
+	_cleanup_free_ pid_t *pids = calloc(batch->n ? batch->n : 1, sizeof(*pids));
 	uint64_t start = now_usec();
 	int r;
 
@@ -355,14 +358,19 @@ static int hold_nccl(struct gpu_batch *batch, struct stasis_error **err)
 	if (!batch->nccl)
 		batch->nccl = calloc(1, sizeof(*batch->nccl));
 	r = batch->nccl ? nccl_hold_open(batch->nccl, pids, batch->n) : -ENOMEM;
-	free(pids);
 	if (r < 0)
 		return stasis_error_errno(err, -r, "out of memory");
 	batch->nccl->outlives_holder = batch->nccl_hold_outlives;
 	if (!batch->nccl->n)
 		return 0;
 	r = nccl_hold_align(batch->nccl, err);
+	if (r == 0)
+		r = nccl_hold_teardown(batch->nccl, nccl_fast_transports(pids, batch->n), err);
 	batch->nccl_hold_us = now_usec() - start;
+	batch->nccl_teardown_us = nccl_hold_teardown_us(batch->nccl);
+	/* Tests: stasis killed while it holds the ranks, communicators apart. */
+	if (r == 0 && fault_at("hold-slow", 0))
+		sleep(3);
 	/* Some communicator not counted: its collectives may still wait for
 	 * a peer, and the lock keeps its tries. */
 	if (r == 0 && nccl_hold_complete(batch->nccl))
@@ -556,6 +564,9 @@ void gpu_record(const struct gpu_batch *batch, struct manifest *m)
 	/* Part of cuda_lock: the NCCL ranks brought to one boundary. */
 	if (batch->nccl && batch->nccl->n)
 		manifest_add_phase(m, "nccl_hold", batch->nccl_hold_us);
+	/* Part of nccl_hold: the slowest rank's communicators taken apart. */
+	if (batch->nccl_teardown_us)
+		manifest_add_phase(m, "nccl_teardown", batch->nccl_teardown_us);
 	for (size_t i = 0; i < batch->n; i++) {
 		const struct gpu_process *g = &batch->procs[i];
 

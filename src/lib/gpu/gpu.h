@@ -60,8 +60,9 @@ struct gpu_batch {
 	/* NCCL ranks under stasis's interposer, held at one collective
 	 * boundary from before the lock until they run again (nccl-hold.h). */
 	struct nccl_hold *nccl;
-	bool nccl_hold_outlives; /* gpu suspend: the hold stays after stasis */
-	uint64_t nccl_hold_us;	 /* how long bringing them there took */
+	bool nccl_hold_outlives;   /* gpu suspend: the hold stays after stasis */
+	uint64_t nccl_hold_us;	   /* how long bringing them there took */
+	uint64_t nccl_teardown_us; /* of which their communicators taken apart */
 };
 
 /* The processes among pids that hold CUDA state the driver can checkpoint. */

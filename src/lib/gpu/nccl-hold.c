@@ -10,6 +10,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <linux/futex.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,10 +26,15 @@
 #define HOLD_STALL_MS 2000u
 #define HOLD_LIMIT_MS 10000u
 #define HOLD_POLL_US 1000
+/* NCCL's teardown of a rank's communicators: measured in milliseconds;
+ * a rank that takes longer has a thread stuck in NCCL. */
+#define TEARDOWN_LIMIT_MS 30000u
 
 struct nccl_hold_rank {
 	pid_t pid;
 	struct nccl_shim_block *b;
+	uint32_t teardown; /* the teardown asked of it (its gen + 1) */
+	uid_t uid;	   /* its owner: ids pass only between one user's ranks */
 	dev_t dev;
 	ino_t ino;
 };
@@ -138,6 +144,16 @@ static struct nccl_shim_block *find_block(pid_t pid, struct stat *st)
 	return b;
 }
 
+/* The user a process runs as (its /proc folder's owner); -1 unknown. */
+static uid_t owner_of(pid_t pid)
+{
+	char path[64];
+	struct stat st;
+
+	snprintf(path, sizeof(path), "/proc/%d", (int)pid);
+	return stat(path, &st) == 0 ? st.st_uid : (uid_t)-1;
+}
+
 int nccl_hold_open(struct nccl_hold *h, const pid_t *pids, size_t n)
 {
 	memset(h, 0, sizeof(*h));
@@ -162,7 +178,8 @@ int nccl_hold_open(struct nccl_hold *h, const pid_t *pids, size_t n)
 			return -ENOMEM;
 		}
 		h->ranks = grown;
-		h->ranks[h->n++] = (struct nccl_hold_rank){pids[i], b, st.st_dev, st.st_ino};
+		h->ranks[h->n++] =
+		    (struct nccl_hold_rank){pids[i], b, 0, owner_of(pids[i]), st.st_dev, st.st_ino};
 	}
 	return 0;
 }
@@ -270,6 +287,13 @@ static bool same_pid_ns(pid_t pid)
 	       mine.st_dev == its.st_dev && mine.st_ino == its.st_ino;
 }
 
+/* The interposer's thread waits on `teardown` (a futex of the shared
+ * memfd: the same word in both processes). */
+static void wake_service(struct nccl_shim_block *b)
+{
+	syscall(SYS_futex, &b->teardown, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+}
+
 static void set_request(const struct nccl_hold *h, uint32_t request)
 {
 	uint64_t since = request == NCCL_SHIM_HOLD && !h->outlives_holder ? own_start_time() : 0;
@@ -284,9 +308,13 @@ static void set_request(const struct nccl_hold *h, uint32_t request)
 			__atomic_store_n(&b->holder_pid, told ? (uint32_t)getpid() : 0,
 					 __ATOMIC_SEQ_CST);
 		}
+		/* Let go: the communicators taken apart are made again. */
+		if (request != NCCL_SHIM_HOLD)
+			__atomic_store_n(&b->teardown, 0, __ATOMIC_SEQ_CST);
 		__atomic_store_n(&b->request, request, __ATOMIC_SEQ_CST);
 		if (request != NCCL_SHIM_HOLD)
 			__atomic_store_n(&b->holder_pid, 0, __ATOMIC_SEQ_CST);
+		wake_service(b);
 	}
 }
 
@@ -372,9 +400,6 @@ int nccl_hold_align(struct nccl_hold *h, struct stasis_error **err)
 		 * between its check and its count in between. */
 		if (there && ++steady >= 2) {
 			free(v);
-			/* Tests: stasis killed while it holds the ranks. */
-			if (fault_at("hold-slow", 0))
-				sleep(3);
 			return 0;
 		}
 		usleep(HOLD_POLL_US);
@@ -391,6 +416,237 @@ void nccl_hold_release(struct nccl_hold *h)
 		return;
 	set_request(h, NCCL_SHIM_RUN);
 	h->held = false;
+	h->torn_down = false;
+}
+
+/* ---- communicators taken apart ---- */
+
+static const struct {
+	uint32_t bit;
+	const char *why;
+} unsafe_names[] = {
+    {NCCL_UNSAFE_VERSION, "an NCCL version stasis's interposer does not know"},
+    {NCCL_UNSAFE_SLOTS, "more communicators than the interposer keeps"},
+    {NCCL_UNSAFE_REGISTERED, "buffers registered with a communicator (ncclCommRegister)"},
+    {NCCL_UNSAFE_WINDOW, "a symmetric memory window (ncclCommWindowRegister)"},
+    {NCCL_UNSAFE_DEVICE, "NCCL's device API (ncclDevCommCreate)"},
+    {NCCL_UNSAFE_MADE, "a communicator made by ncclCommInitAll, Shrink or Grow, or split from "
+		       "one the job destroyed"},
+    {NCCL_UNSAFE_LOG, "more communicators made than the interposer keeps"},
+    {NCCL_UNSAFE_OPS, "more live reduction operators than the interposer keeps"},
+    {NCCL_UNSAFE_CONFIG, "a communicator configuration larger than the interposer keeps"},
+};
+
+const char *nccl_unsafe_reason(uint32_t unsafe)
+{
+	for (size_t i = 0; i < sizeof(unsafe_names) / sizeof(unsafe_names[0]); i++)
+		if (unsafe & unsafe_names[i].bit)
+			return unsafe_names[i].why;
+	return unsafe ? "a reason this stasis does not know" : NULL;
+}
+
+int nccl_rank_caps(pid_t pid, struct nccl_rank_caps *caps)
+{
+	struct stat st;
+	struct nccl_shim_block *b = find_block(pid, &st);
+
+	memset(caps, 0, sizeof(*caps));
+	if (!b)
+		return 0;
+	caps->block = true;
+	caps->rebuild = __atomic_load_n(&b->caps, __ATOMIC_SEQ_CST) & NCCL_SHIM_CAP_REBUILD;
+	caps->unsafe = __atomic_load_n(&b->unsafe, __ATOMIC_SEQ_CST);
+	caps->nccl_version = __atomic_load_n(&b->nccl_version, __ATOMIC_SEQ_CST);
+	munmap(b, sizeof(*b));
+	return 1;
+}
+
+/* The rank 0 that posts the next id of the communicator id, among the
+ * ranks of uid's (-1: none is in the job). An id is where a rank connects
+ * to make its communicator: one user's rank never gets another's. */
+static int find_poster(const struct nccl_hold *h, uint64_t id, uid_t uid, uint32_t *slot)
+{
+	for (size_t i = 0; i < h->n; i++) {
+		struct nccl_shim_block *b = h->ranks[i].b;
+
+		if (h->ranks[i].uid != uid || uid == (uid_t)-1)
+			continue;
+		for (uint32_t s = 0; s < comm_count(b); s++) {
+			struct nccl_shim_comm *c = &b->comms[s];
+
+			if (__atomic_load_n(&c->live, __ATOMIC_SEQ_CST) &&
+			    __atomic_load_n(&c->id, __ATOMIC_SEQ_CST) == id &&
+			    __atomic_load_n(&c->uid_role, __ATOMIC_SEQ_CST) == NCCL_UID_POSTS) {
+				*slot = s;
+				return (int)i;
+			}
+		}
+	}
+	return -1;
+}
+
+/* Whether every rank can take its communicators apart and make them again
+ * within the job: each says it can, and every communicator made from an
+ * id has its rank 0 here (a job's rank on another machine would hold it).
+ * Where not, *why says which rank and why. */
+static bool teardown_possible(const struct nccl_hold *h, char *why, size_t size)
+{
+	for (size_t i = 0; i < h->n; i++) {
+		struct nccl_shim_block *b = h->ranks[i].b;
+		uint32_t unsafe = __atomic_load_n(&b->unsafe, __ATOMIC_SEQ_CST), slot;
+
+		if (!(__atomic_load_n(&b->caps, __ATOMIC_SEQ_CST) & NCCL_SHIM_CAP_REBUILD) ||
+		    unsafe) {
+			snprintf(why, size, "PID %d's NCCL communicators cannot be taken apart: %s",
+				 (int)h->ranks[i].pid,
+				 nccl_unsafe_reason(unsafe ? unsafe : NCCL_UNSAFE_VERSION));
+			return false;
+		}
+		for (uint32_t s = 0; s < comm_count(b); s++) {
+			struct nccl_shim_comm *c = &b->comms[s];
+
+			if (__atomic_load_n(&c->live, __ATOMIC_SEQ_CST) &&
+			    __atomic_load_n(&c->uid_role, __ATOMIC_SEQ_CST) == NCCL_UID_TAKES &&
+			    find_poster(h, __atomic_load_n(&c->id, __ATOMIC_SEQ_CST),
+					h->ranks[i].uid, &slot) < 0) {
+				snprintf(
+				    why, size,
+				    "PID %d is rank %u of an NCCL communicator whose rank 0 is not "
+				    "in the job (another machine's, or a process left out)",
+				    (int)h->ranks[i].pid,
+				    __atomic_load_n(&c->rank, __ATOMIC_RELAXED));
+				return false;
+			}
+		}
+	}
+	return true;
+}
+
+/* Each rank that takes an id gets the one its communicator's rank 0
+ * posted for this teardown, marked with the taker's own count. */
+static int copy_next_ids(const struct nccl_hold *h, struct stasis_error **err)
+{
+	for (size_t i = 0; i < h->n; i++) {
+		struct nccl_shim_block *b = h->ranks[i].b;
+		uint32_t gen = h->ranks[i].teardown;
+
+		for (uint32_t s = 0; s < comm_count(b); s++) {
+			struct nccl_shim_comm *c = &b->comms[s], *root;
+			uint32_t root_slot;
+			int r;
+
+			if (!__atomic_load_n(&c->live, __ATOMIC_SEQ_CST) ||
+			    __atomic_load_n(&c->uid_role, __ATOMIC_SEQ_CST) != NCCL_UID_TAKES)
+				continue;
+			r = find_poster(h, __atomic_load_n(&c->id, __ATOMIC_SEQ_CST),
+					h->ranks[i].uid, &root_slot);
+			root = r >= 0 ? &h->ranks[r].b->comms[root_slot] : NULL;
+			if (!root || __atomic_load_n(&root->uid_gen, __ATOMIC_SEQ_CST) !=
+					 h->ranks[r].teardown)
+				return stasis_error_set(err, EPROTO, STASIS_DOMAIN_CUDA, 0,
+							"PID %d's NCCL communicator got no id for "
+							"its next life from its "
+							"rank 0",
+							(int)h->ranks[i].pid);
+			for (size_t k = 0; k < sizeof(c->next_uid); k++)
+				__atomic_store_n(
+				    &c->next_uid[k],
+				    __atomic_load_n(&root->next_uid[k], __ATOMIC_RELAXED),
+				    __ATOMIC_RELAXED);
+			__atomic_store_n(&c->uid_gen, gen, __ATOMIC_SEQ_CST);
+		}
+	}
+	return 0;
+}
+
+/* Every rank's phase DOWN, or the first that failed. */
+static int wait_down(const struct nccl_hold *h, struct stasis_error **err)
+{
+	uint64_t start = now_usec();
+
+	for (;;) {
+		size_t down = 0;
+
+		for (size_t i = 0; i < h->n; i++) {
+			struct nccl_shim_block *b = h->ranks[i].b;
+			uint32_t phase = __atomic_load_n(&b->phase, __ATOMIC_SEQ_CST);
+
+			if (__atomic_load_n(&b->gen, __ATOMIC_SEQ_CST) != h->ranks[i].teardown)
+				phase = NCCL_PHASE_GOING_DOWN; /* not this teardown's yet */
+			if (phase == NCCL_PHASE_FAILED) {
+				bool making = __atomic_load_n(&b->failed_in, __ATOMIC_SEQ_CST) ==
+					      NCCL_PHASE_GOING_UP;
+
+				stasis_error_set(err, EIO, STASIS_DOMAIN_CUDA,
+						 __atomic_load_n(&b->error, __ATOMIC_SEQ_CST),
+						 "PID %d could not %s its NCCL communicators "
+						 "(NCCL error %d)",
+						 (int)h->ranks[i].pid,
+						 making ? "make again" : "take apart",
+						 (int)__atomic_load_n(&b->error, __ATOMIC_SEQ_CST));
+				return stasis_error_hint(
+				    err, "the job's NCCL calls fail from now on; nothing else was "
+					 "changed");
+			}
+			down += phase == NCCL_PHASE_DOWN;
+		}
+		if (down == h->n)
+			return 0;
+		if (now_usec() - start > (uint64_t)TEARDOWN_LIMIT_MS * 1000) {
+			stasis_error_set(err, ETIMEDOUT, STASIS_DOMAIN_CUDA, 0,
+					 "the NCCL ranks did not take their communicators apart "
+					 "within %u ms",
+					 TEARDOWN_LIMIT_MS);
+			return stasis_error_hint(err, "nothing was changed and the job runs on");
+		}
+		usleep(HOLD_POLL_US);
+	}
+}
+
+int nccl_hold_teardown(struct nccl_hold *h, bool needed, struct stasis_error **err)
+{
+	char why[256];
+	int r;
+
+	if (!h->held || !h->n)
+		return 0;
+	if (!teardown_possible(h, why, sizeof(why))) {
+		if (!needed)
+			return 0;
+		stasis_error_set(err, ENOTSUP, STASIS_DOMAIN_CUDA, 0, "%s", why);
+		stasis_error_hint(err, "nothing was changed and the job runs on; started with "
+				       "NCCL_P2P_DISABLE=1 NCCL_CUMEM_HOST_ENABLE=0, its "
+				       "communicators need not be taken apart (docs/MULTI-GPU.md)");
+		nccl_hold_release(h);
+		return -ENOTSUP;
+	}
+	for (size_t i = 0; i < h->n; i++) {
+		struct nccl_shim_block *b = h->ranks[i].b;
+
+		h->ranks[i].teardown = __atomic_load_n(&b->gen, __ATOMIC_SEQ_CST) + 1;
+		__atomic_store_n(&b->teardown, h->ranks[i].teardown, __ATOMIC_SEQ_CST);
+		wake_service(b);
+	}
+	h->torn_down = true;
+	r = wait_down(h, err);
+	if (r == 0)
+		r = copy_next_ids(h, err);
+	if (r < 0)
+		nccl_hold_release(h);
+	return r;
+}
+
+uint64_t nccl_hold_teardown_us(const struct nccl_hold *h)
+{
+	uint64_t max = 0;
+
+	for (size_t i = 0; h->torn_down && i < h->n; i++) {
+		uint64_t us = __atomic_load_n(&h->ranks[i].b->down_us, __ATOMIC_SEQ_CST);
+
+		if (us > max)
+			max = us;
+	}
+	return max;
 }
 
 void nccl_hold_close(struct nccl_hold *h)

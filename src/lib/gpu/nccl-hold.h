@@ -8,6 +8,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 #include "error.h"
@@ -24,6 +25,15 @@ struct nccl_hold {
 	 * stasis dies; not for a hold meant to outlive its command (gpu
 	 * suspend, let go by gpu resume). */
 	bool outlives_holder;
+	bool torn_down; /* the ranks took their communicators apart */
+};
+
+/* What a rank's interposer says of its communicators. */
+struct nccl_rank_caps {
+	bool block;	       /* it runs under stasis's interposer */
+	bool rebuild;	       /* which can take them apart and make them again */
+	uint32_t unsafe;       /* enum nccl_shim_unsafe: what prevents it */
+	uint32_t nccl_version; /* NCCL's version code */
 };
 
 /* The interposer's block of each process of pids that has one (a block
@@ -41,7 +51,22 @@ int nccl_hold_align(struct nccl_hold *h, struct stasis_error **err);
  * ran out of slots cannot hold the collectives of the rest). */
 bool nccl_hold_complete(const struct nccl_hold *h);
 
-/* The ranks go on. */
+/* The held ranks take their communicators apart (nccl-shim-wire.h):
+ * what NCCL's fast transports map between processes is gone before the
+ * lock; each rank makes them again once let go. Where some rank cannot,
+ * fails (every rank let go) if needed, else does nothing. */
+int nccl_hold_teardown(struct nccl_hold *h, bool needed, struct stasis_error **err);
+
+/* The slowest rank's teardown, in microseconds (0: none was done). */
+uint64_t nccl_hold_teardown_us(const struct nccl_hold *h);
+
+/* pid's interposer's word on its communicators; 0 where it has none. */
+int nccl_rank_caps(pid_t pid, struct nccl_rank_caps *caps);
+
+/* What the first of the unsafe bits means (NULL for none). */
+const char *nccl_unsafe_reason(uint32_t unsafe);
+
+/* The ranks go on (their communicators made again where taken apart). */
 void nccl_hold_release(struct nccl_hold *h);
 
 void nccl_hold_close(struct nccl_hold *h);

@@ -6,26 +6,31 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "nccl-hold.h"
+#include "nccl-shim-wire.h"
 #include "proc.h"
 #include "util.h"
 
 /* Measured with driver 580.159 and NCCL 2.28.9 on two H200s with NVLink
- * (docs/MULTI-GPU.md). NCCL 2.28 has no suspend API of its own. */
+ * (docs/MULTI-GPU.md). NCCL 2.28 has no suspend API of its own. The
+ * settings marked taken_apart are not needed by a rank whose communicators
+ * stasis's interposer takes apart before the checkpoint: what they turn
+ * off is then gone by the lock, and NCCL keeps its fast transports. */
 static const struct nccl_setting settings[] = {
     {"NCCL_P2P_DISABLE", "1",
      "NCCL's P2P transport maps each rank's GPU memory into the other ranks (CUDA IPC): "
      "the driver checkpoints such ranks but cannot restore them, and they stay frozen",
-     true},
+     true, true},
     {"NCCL_NVLS_ENABLE", "0",
      "NVLink SHARP's multicast memory (machines with NVSwitch) is reported not to "
      "checkpoint",
-     true},
+     true, false},
     {"NCCL_CUMEM_HOST_ENABLE", "0",
      "without it NCCL's shared host buffers come from the driver (cuMem), not /dev/shm: "
      "reported to hang restores, and not the configuration measured to restore",
-     true},
+     true, true},
     {"USE_LIBUV", "0", "PyTorch's TCPStore on libuv maps an io_uring ring, which CRIU cannot save",
-     false},
+     false, false},
 };
 
 const struct nccl_setting *nccl_settings(size_t *n)
@@ -71,14 +76,14 @@ bool nccl_env_has(const char *env, size_t len, const char *name, const char *val
 	return found;
 }
 
-const struct nccl_setting *nccl_rank_missing(pid_t pid)
+/* The first required setting missing from pid's environment, leaving
+ * out those that its communicators taken apart make needless. */
+static const struct nccl_setting *env_missing(pid_t pid, bool taken_apart)
 {
 	_cleanup_free_ char *env = NULL;
 	char path[64];
 	size_t len = 0;
 
-	if (!nccl_is_rank(pid))
-		return NULL;
 	/* The environment the rank started with: NCCL reads its settings
 	 * once, at its first communicator, from there unless the program
 	 * changed it in between. */
@@ -87,18 +92,64 @@ const struct nccl_setting *nccl_rank_missing(pid_t pid)
 	for (size_t i = 0; i < sizeof(settings) / sizeof(settings[0]); i++) {
 		const struct nccl_setting *s = &settings[i];
 
-		if (s->required && !(env && nccl_env_has(env, len, s->name, s->value)))
+		if (s->required && !(taken_apart && s->taken_apart) &&
+		    !(env && nccl_env_has(env, len, s->name, s->value)))
 			return s;
 	}
 	return NULL;
 }
 
+/* Whether pid's interposer takes its communicators apart: it can, and
+ * nothing of the job's keeps it from doing so. */
+static bool taken_apart(pid_t pid, uint32_t *unsafe)
+{
+	struct nccl_rank_caps caps;
+
+	*unsafe = 0;
+	if (nccl_rank_caps(pid, &caps) <= 0)
+		return false;
+	*unsafe = caps.rebuild ? caps.unsafe : NCCL_UNSAFE_VERSION;
+	return caps.rebuild && !caps.unsafe;
+}
+
+const struct nccl_setting *nccl_rank_missing(pid_t pid)
+{
+	uint32_t unsafe;
+
+	if (!nccl_is_rank(pid))
+		return NULL;
+	return env_missing(pid, taken_apart(pid, &unsafe));
+}
+
+bool nccl_fast_transports(const pid_t *pids, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (nccl_is_rank(pids[i]) && env_missing(pids[i], false))
+			return true;
+	return false;
+}
+
 int nccl_rank_check(pid_t pid, const char *comm, struct stasis_error **err)
 {
-	const struct nccl_setting *s = nccl_rank_missing(pid);
+	const struct nccl_setting *s;
+	uint32_t unsafe = 0;
 
+	if (!nccl_is_rank(pid))
+		return 0;
+	s = env_missing(pid, taken_apart(pid, &unsafe));
 	if (!s)
 		return 0;
+	if (unsafe && s->taken_apart) {
+		stasis_error_set(err, ENOTSUP, STASIS_DOMAIN_CUDA, 0,
+				 "PID %d (%s) is an NCCL rank whose communicators stasis's "
+				 "interposer cannot take apart (%s), started without %s=%s: %s",
+				 (int)pid, comm, nccl_unsafe_reason(unsafe), s->name, s->value,
+				 s->why);
+		return stasis_error_hint(err,
+					 "nothing was changed; start the job with %s=%s "
+					 "(docs/MULTI-GPU.md)",
+					 s->name, s->value);
+	}
 	stasis_error_set(err, ENOTSUP, STASIS_DOMAIN_CUDA, 0,
 			 "PID %d (%s) is an NCCL rank started without %s=%s: %s", (int)pid, comm,
 			 s->name, s->value, s->why);

@@ -17,6 +17,8 @@ struct nccl_setting {
 	const char *value;
 	const char *why; /* what goes wrong without it */
 	bool required;	 /* a rank without it is refused */
+	/* not needed where stasis's interposer takes the communicators apart */
+	bool taken_apart;
 };
 
 /* The settings `stasis run` gives a job, the required ones first. */
@@ -26,13 +28,19 @@ const struct nccl_setting *nccl_settings(size_t *n);
  * thread runs). */
 bool nccl_is_rank(pid_t pid);
 
-/* The first required setting that pid, an NCCL rank, started without;
- * NULL when it has them all or is no rank. */
+/* The first required setting that pid, an NCCL rank, started without
+ * (leaving out those its communicators taken apart make needless); NULL
+ * when it has them all or is no rank. */
 const struct nccl_setting *nccl_rank_missing(pid_t pid);
 
 /* Refuse pid if it is an NCCL rank started without a required setting,
  * naming the setting and `stasis run`. */
 int nccl_rank_check(pid_t pid, const char *comm, struct stasis_error **err);
+
+/* Whether some NCCL rank of pids may use NCCL's fast transports (it
+ * started without the settings that turn them off): its communicators
+ * must then be taken apart before the lock. */
+bool nccl_fast_transports(const pid_t *pids, size_t n);
 
 /* The same for every CUDA process of m. */
 int nccl_ranks_check(const struct manifest *m, struct stasis_error **err);

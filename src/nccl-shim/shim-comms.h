@@ -1,0 +1,82 @@
+/* SPDX-License-Identifier: MIT */
+/* The communicators behind the job's handles: what nccl-shim-comms.c
+ * (the calls that make, use and end them) and nccl-shim-rebuild.c (their
+ * teardown and rebuild, on stasis's word) share. */
+#ifndef STASIS_SHIM_COMMS_H
+#define STASIS_SHIM_COMMS_H
+
+#include <pthread.h>
+
+#include "shim.h"
+
+/* NCCL 2.19 to 2.30: every function of theirs that takes a communicator
+ * is wrapped below, and their ncclConfig_t has netName and commName at
+ * these offsets. */
+#define NCCL_KNOWN_FIRST 21900
+#define NCCL_KNOWN_LAST 23099
+#define CONFIG_NET_NAME_AT 32
+#define CONFIG_COMM_NAME_AT 48
+#define CONFIG_MAX 256
+#define NAME_MAX_LEN 128
+
+#define LOG_MAX 128 /* creations kept for the rebuild */
+#define OPS_MAX 8   /* live reduction operators of one communicator */
+
+/* A reduction operator made for a communicator (ncclRedOpCreatePreMulSum),
+ * made again with it. */
+struct redop {
+	int op, datatype, residence;
+	unsigned char scalar[8]; /* the value (host) or the pointer (device) */
+};
+
+/* One creation of the job's, in the order it came: what it takes to make
+ * the communicator again. A split stays in the log while its parent does,
+ * whatever became of its child: every rank of the parent must split it
+ * again, in the same order. */
+struct creation {
+	bool used;
+	bool split;
+	bool alive;	/* the job holds its communicator */
+	int slot;	/* its handle's slot, -1: none (NOCOLOR, or destroyed) */
+	int parent;	/* a split's parent, an index in the log */
+	int color, key; /* a split's */
+	int rank, nranks;
+	int device; /* the CUDA device, read at the teardown */
+	bool has_config;
+	unsigned char config[CONFIG_MAX];
+	char net_name[NAME_MAX_LEN], comm_name[NAME_MAX_LEN];
+	nccl_comm made; /* made again, during the rebuild */
+};
+
+/* A handle the job holds is &handles[slot]. */
+struct shim_handle {
+	nccl_comm real; /* NULL while taken apart */
+	int entry;	/* its creation, an index in the log */
+	int rank, nranks, device;
+	uint64_t splits; /* how many times it was split, for its children's ids */
+	unsigned int registered, windows, device_comms;
+	struct redop ops[OPS_MAX];
+	unsigned int nops;
+};
+
+extern struct shim_handle shim_handles[NCCL_SHIM_COMMS];
+extern struct creation shim_creations[LOG_MAX];
+extern int shim_ncreations;
+extern pthread_mutex_t shim_comms_lock;
+/* Handles of the interposer's: an NCCL it knows. Decided at the first
+ * communicator, never changed after. */
+extern int shim_wrap_handles;
+extern unsigned int shim_inside;
+enum gate { GATE_OPEN, GATE_CLOSED, GATE_FAILED };
+extern unsigned int shim_gate;
+
+/* Order of creation: a slot of the log is reused, so each keeps its rank
+ * in the order (the rebuild follows it). */
+extern uint64_t shim_creation_seq[LOG_MAX];
+
+#define SCALAR_DEVICE 0 /* ncclScalarDevice */
+
+/* The thread that takes the communicators apart and makes them again. */
+void *shim_service(void *arg);
+
+#endif
