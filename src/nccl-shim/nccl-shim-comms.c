@@ -167,7 +167,7 @@ static void update_unsafe(void)
 	__atomic_store_n(&shim_block->unsafe, bits, __ATOMIC_SEQ_CST);
 }
 
-static void mark_unsafe(uint32_t bit)
+void shim_mark_unsafe(uint32_t bit)
 {
 	pthread_mutex_lock(&shim_comms_lock);
 	made_unsafe |= bit;
@@ -211,12 +211,12 @@ static void first_comm(void)
 		return;
 	shim_block->nccl_version = (uint32_t)version;
 	if (!shim_wrap_handles) {
-		mark_unsafe(NCCL_UNSAFE_VERSION);
+		shim_mark_unsafe(NCCL_UNSAFE_VERSION);
 		return;
 	}
 	if (pthread_create(&t, NULL, shim_service, NULL) != 0) {
 		shim_wrap_handles = 0; /* no handles of ours were given yet */
-		mark_unsafe(NCCL_UNSAFE_VERSION);
+		shim_mark_unsafe(NCCL_UNSAFE_VERSION);
 		return;
 	}
 	pthread_detach(t);
@@ -555,7 +555,7 @@ EXPORT nccl_result ncclCommShrink(nccl_comm comm, int *exclude, int nexclude, nc
 		return NCCL_INTERNAL_ERROR;
 	r = fn_ncclCommShrink(real, exclude, nexclude, newcomm, config, flags);
 	leave(slot);
-	mark_unsafe(NCCL_UNSAFE_MADE);
+	shim_mark_unsafe(NCCL_UNSAFE_MADE);
 	return r;
 }
 
@@ -572,7 +572,7 @@ EXPORT nccl_result ncclCommGrow(nccl_comm comm, int nranks, const nccl_unique_id
 		return NCCL_INTERNAL_ERROR;
 	r = fn_ncclCommGrow(real, nranks, id, rank, newcomm, config);
 	leave(slot);
-	mark_unsafe(NCCL_UNSAFE_MADE);
+	shim_mark_unsafe(NCCL_UNSAFE_MADE);
 	return r;
 }
 

@@ -308,6 +308,28 @@ EXPORT nccl_result ncclGroupSimulateEnd(void *info)
 
 /* ---- collectives ---- */
 
+/* A collective launched into a CUDA graph being captured: the graph, which
+ * the job may replay at any time, holds its communicator's kernels and
+ * buffers, which a teardown would take away. Asked of the driver, which
+ * every CUDA process has loaded (cuStreamIsCapturing may be asked during
+ * a capture). */
+static void note_capture(cuda_stream stream)
+{
+	static int (*is_capturing)(void *, int *);
+	static bool resolved;
+	int status = 0;
+
+	if (!__atomic_load_n(&resolved, __ATOMIC_ACQUIRE)) {
+		void *cuda = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
+
+		if (cuda)
+			is_capturing = (int (*)(void *, int *))dlsym(cuda, "cuStreamIsCapturing");
+		__atomic_store_n(&resolved, true, __ATOMIC_RELEASE);
+	}
+	if (is_capturing && is_capturing(stream, &status) == 0 && status != 0)
+		shim_mark_unsafe(NCCL_UNSAFE_GRAPH);
+}
+
 #define COLLECTIVE(name, op, params, args, type)                                                   \
 	EXPORT nccl_result name params                                                             \
 	{                                                                                          \
@@ -316,6 +338,8 @@ EXPORT nccl_result ncclGroupSimulateEnd(void *info)
                                                                                                    \
 		REAL(name, type);                                                                  \
 		comm = collective_begin(comm, op, &inside);                                        \
+		if (shim_block)                                                                    \
+			note_capture(st);                                                          \
 		r = shim_gate_failed() && inside ? NCCL_INTERNAL_ERROR : fn_##name args;           \
 		if (inside)                                                                        \
 			shim_inside_drop();                                                        \

@@ -58,6 +58,10 @@ bool shim_gate_open(void);
 /* Whether making them again failed: a call then fails rather than wait. */
 bool shim_gate_failed(void);
 
+/* Something of the job's that keeps its communicators from being taken
+ * apart (enum nccl_shim_unsafe), for good. */
+void shim_mark_unsafe(uint32_t bit);
+
 /* Threads inside one of NCCL's calls on a communicator (or a group): the
  * teardown waits until there are none. */
 void shim_inside_add(void);

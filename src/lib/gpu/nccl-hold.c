@@ -435,6 +435,8 @@ static const struct {
     {NCCL_UNSAFE_LOG, "more communicators made than the interposer keeps"},
     {NCCL_UNSAFE_OPS, "more live reduction operators than the interposer keeps"},
     {NCCL_UNSAFE_CONFIG, "a communicator configuration larger than the interposer keeps"},
+    {NCCL_UNSAFE_GRAPH, "a collective captured in a CUDA graph, which would outlive its "
+			"communicator"},
 };
 
 const char *nccl_unsafe_reason(uint32_t unsafe)

@@ -52,6 +52,7 @@ enum nccl_shim_unsafe {
 	NCCL_UNSAFE_LOG = 1 << 6,	 /* more creations than the log keeps */
 	NCCL_UNSAFE_OPS = 1 << 7,	 /* more live reduction operators than kept */
 	NCCL_UNSAFE_CONFIG = 1 << 8,	 /* a configuration larger than kept */
+	NCCL_UNSAFE_GRAPH = 1 << 9,	 /* a collective captured in a CUDA graph */
 };
 
 /* A communicator made from a unique id is made again from a new one: its
