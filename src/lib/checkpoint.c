@@ -379,6 +379,10 @@ static int checkpoint_dump(struct target *t, struct manifest *m, struct gpu_batc
 	seal.follower = follower;
 	r = checkpoint_dump_gpus_inside(&plan, held ? target_dump_held : target_dump, &dump, err);
 	r = checkpoint_dump_end(batch, m, leave_running, r, err);
+	/* The job's NCCL calls wait until its communicators are made again:
+	 * part of the pause it sees. */
+	if (r == 0 && leave_running)
+		r = gpu_nccl_rebuilt(m, err);
 	if (r == 0 && leave_running)
 		manifest_add_phase(m, "pause", now_usec() - pause_start);
 	if (r == 0 && (stager || (seal_after && !held))) {

@@ -354,6 +354,9 @@ static int restore_verified(const struct stasis_restore_options *o, struct manif
 	 * leaves them out, the tree runs. */
 	if (r == 0)
 		criu_stats_read_restore(t.work, &m->criu_restore, NULL);
+	/* The tree runs: its NCCL ranks make their communicators again. */
+	if (r == 0)
+		r = gpu_nccl_rebuilt(m, err);
 	restore_work_end(t.work, r, err);
 	return r;
 }

@@ -586,3 +586,21 @@ void gpu_record(const struct gpu_batch *batch, struct manifest *m)
 		}
 	}
 }
+
+int gpu_nccl_rebuilt(struct manifest *m, struct stasis_error **err)
+{
+	_cleanup_free_ pid_t *pids = calloc(m->nprocs ? m->nprocs : 1, sizeof(*pids));
+	size_t n = 0;
+	uint64_t us = 0;
+	int r;
+
+	if (!pids)
+		return stasis_error_errno(err, ENOMEM, "out of memory");
+	for (size_t i = 0; i < m->nprocs; i++)
+		if (m->procs[i].cuda)
+			pids[n++] = m->procs[i].pid;
+	r = nccl_wait_rebuilt(pids, n, &us, err);
+	if (r == 0 && us)
+		manifest_add_phase(m, "nccl_rebuild", us);
+	return r;
+}

@@ -108,4 +108,9 @@ int gpu_rollback(struct gpu_batch *batch, struct stasis_error **err);
  * process's step times to its entry in m. */
 void gpu_record(const struct gpu_batch *batch, struct manifest *m);
 
+/* Once the tree runs again (--leave-running, a restore): waits until the
+ * NCCL ranks among m's CUDA processes made again the communicators they
+ * took apart, recording the slowest rank's time as nccl_rebuild. */
+int gpu_nccl_rebuilt(struct manifest *m, struct stasis_error **err);
+
 #endif

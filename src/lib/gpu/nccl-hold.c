@@ -669,3 +669,68 @@ void nccl_release_pids(const pid_t *pids, size_t n)
 	}
 	nccl_hold_close(&h);
 }
+
+/* NCCL's rebuild of a few communicators: measured in under a second;
+ * a rank that takes longer waits for a peer that does not come. */
+#define REBUILD_LIMIT_MS 60000u
+
+/* Whether every rank of h is up; fails at the first that failed. */
+static int ranks_up(const struct nccl_hold *h, bool *up, struct stasis_error **err)
+{
+	*up = true;
+	for (size_t i = 0; i < h->n; i++) {
+		struct nccl_shim_block *b = h->ranks[i].b;
+		uint32_t phase = __atomic_load_n(&b->phase, __ATOMIC_SEQ_CST);
+
+		if (phase == NCCL_PHASE_FAILED) {
+			stasis_error_set(err, EIO, STASIS_DOMAIN_CUDA,
+					 __atomic_load_n(&b->error, __ATOMIC_SEQ_CST),
+					 "PID %d could not make its NCCL communicators again (NCCL "
+					 "error %d)",
+					 (int)h->ranks[i].pid,
+					 (int)__atomic_load_n(&b->error, __ATOMIC_SEQ_CST));
+			return stasis_error_hint(err, "its NCCL calls fail from now on");
+		}
+		*up = *up && phase == NCCL_PHASE_UP;
+	}
+	return 0;
+}
+
+int nccl_wait_rebuilt(const pid_t *pids, size_t n, uint64_t *us, struct stasis_error **err)
+{
+	struct nccl_hold h;
+	uint64_t start = now_usec();
+	bool up = true;
+	int r = nccl_hold_open(&h, pids, n);
+
+	*us = 0;
+	if (r < 0) {
+		nccl_hold_close(&h);
+		return stasis_error_errno(err, -r, "out of memory");
+	}
+	for (;;) {
+		r = ranks_up(&h, &up, err);
+		if (r < 0 || up)
+			break;
+		if (now_usec() - start > (uint64_t)REBUILD_LIMIT_MS * 1000) {
+			stasis_error_set(err, ETIMEDOUT, STASIS_DOMAIN_CUDA, 0,
+					 "the NCCL ranks did not make their communicators again "
+					 "within %u ms",
+					 REBUILD_LIMIT_MS);
+			r = stasis_error_hint(err, "the job runs; its NCCL calls wait for them");
+			break;
+		}
+		usleep(HOLD_POLL_US);
+	}
+	for (size_t i = 0; r == 0 && i < h.n; i++) {
+		uint64_t took = __atomic_load_n(&h.ranks[i].b->up_us, __ATOMIC_SEQ_CST);
+
+		if (took > *us)
+			*us = took;
+	}
+	if (r == 0 && h.n == 0)
+		*us = 0;
+	nccl_hold_close(&h);
+	(void)start;
+	return r;
+}
