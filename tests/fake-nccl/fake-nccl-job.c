@@ -16,6 +16,11 @@
  *   start 6, the last one waiting for rank 0.
  * registered: train, with a buffer registered with the communicator
  *   (which keeps stasis's interposer from taking it apart).
+ * split: train, each step an all-reduce on the communicator and one on a
+ *   child split from it (and a split without a child, NOCOLOR, before).
+ * premul: train, each all-reduce with a reduction operator made for it
+ *   just before (ncclRedOpCreatePreMulSum) and destroyed after, as FSDP
+ *   does.
  * DIR/count-PID: each rank's collectives (ticks, once idle), rewritten
  * as they go; DIR/ranks: the ranks' PIDs. */
 #include <pthread.h>
@@ -40,6 +45,10 @@ int ncclGroupStart(void);
 int ncclGroupEnd(void);
 int ncclBroadcast(const void *s, void *d, size_t n, int t, int root, struct fake_comm *c, void *st);
 int ncclCommRegister(struct fake_comm *c, void *buf, size_t size, void **handle);
+int ncclCommSplit(struct fake_comm *c, int color, int key, struct fake_comm **child, void *config);
+int ncclRedOpCreatePreMulSum(int *op, void *scalar, int datatype, int residence,
+			     struct fake_comm *c);
+int ncclRedOpDestroy(int op, struct fake_comm *c);
 
 static volatile sig_atomic_t stop;
 
@@ -80,15 +89,36 @@ static void wait_running(void)
 		usleep(500);
 }
 
+/* One step's collectives of train, split and premul: 0 where they went. */
+static int train_step(struct fake_comm *comm, struct fake_comm *child, const char *mode)
+{
+	if (strcmp(mode, "premul") == 0) {
+		float scale = 0.5f;
+		int op;
+
+		if (ncclRedOpCreatePreMulSum(&op, &scale, 7, 1, comm) != 0 ||
+		    ncclAllReduce(NULL, NULL, 1, 0, op, comm, NULL) != 0)
+			return -1;
+		return ncclRedOpDestroy(op, comm) ? -1 : 0;
+	}
+	if (ncclAllReduce(NULL, NULL, 1, 0, 0, comm, NULL) != 0)
+		return -1;
+	return child && ncclAllReduce(NULL, NULL, 1, 0, 0, child, NULL) != 0 ? -1 : 0;
+}
+
 static void rank_main(const char *dir, int rank, int nranks, nccl_unique_id id, const char *mode)
 {
-	struct fake_comm *comm;
+	struct fake_comm *comm, *child = NULL, *none = NULL;
 	unsigned long n = 0;
 	pthread_t t;
 
 	fake_state_write(getpid(), 0);
 	pthread_create(&t, NULL, watchdog, NULL);
 	if (ncclCommInitRank(&comm, nranks, id, rank) != 0)
+		_exit(3);
+	if (strcmp(mode, "split") == 0 &&
+	    (ncclCommSplit(comm, -1, rank, &none, NULL) != 0 ||
+	     ncclCommSplit(comm, 0, rank, &child, NULL) != 0 || none || !child))
 		_exit(3);
 	if (strcmp(mode, "registered") == 0) {
 		static char buf[4096];
@@ -119,7 +149,7 @@ static void rank_main(const char *dir, int rank, int nranks, nccl_unique_id id, 
 			ncclAllReduce(NULL, NULL, 1, 0, 0, comm, NULL);
 			ncclGroupEnd();
 			n += 2;
-		} else if (ncclAllReduce(NULL, NULL, 1, 0, 0, comm, NULL) != 0) {
+		} else if (train_step(comm, child, mode) != 0) {
 			/* A communicator that could not be made again. */
 			write_count(dir, 0);
 			_exit(4);

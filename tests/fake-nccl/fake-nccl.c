@@ -34,7 +34,13 @@ struct fake_comm {
 	int rank, nranks;
 	int p2p; /* made with the fast transports on */
 	uint64_t *counts;
+	char id[17];
+	unsigned int splits;   /* ncclCommSplit calls, for the children's ids */
+	unsigned int user_ops; /* live ncclRedOpCreatePreMulSum ids, bit (id - FIRST_OP) */
 };
+
+/* NCCL's built-in reduction operators come first (ncclNumOps). */
+#define FIRST_OP 5
 
 static int p2p_live;
 
@@ -76,7 +82,7 @@ EXPORT int ncclGetUniqueId(nccl_unique_id *id)
 
 /* NCCL's entry points call its internals, never each other: an
  * interposer sees each of the job's calls once. */
-static int init_rank(struct fake_comm **comm, int nranks, nccl_unique_id id, int rank)
+static int init_rank(struct fake_comm **comm, int nranks, nccl_unique_id id, int rank, int say_rank)
 {
 	char path[4096];
 	struct fake_comm *c = calloc(1, sizeof(*c));
@@ -96,8 +102,9 @@ static int init_rank(struct fake_comm **comm, int nranks, nccl_unique_id id, int
 		return 2;
 	c->rank = rank;
 	c->nranks = nranks;
+	snprintf(c->id, sizeof(c->id), "%.16s", id.internal);
 	snprintf(path, sizeof(path), "%s/rank-%d", dir(), (int)getpid());
-	f = fopen(path, "w");
+	f = say_rank ? fopen(path, "w") : NULL;
 	if (f) {
 		fprintf(f, "%.16s %d %d\n", id.internal, rank, nranks);
 		fclose(f);
@@ -115,14 +122,62 @@ static int init_rank(struct fake_comm **comm, int nranks, nccl_unique_id id, int
 
 EXPORT int ncclCommInitRank(struct fake_comm **comm, int nranks, nccl_unique_id id, int rank)
 {
-	return init_rank(comm, nranks, id, rank);
+	return init_rank(comm, nranks, id, rank, 1);
+}
+
+/* Every rank splits alike here (one color, or NOCOLOR for all): the child
+ * has the parent's ranks, its id the parent's, its split count and the
+ * color. The fake driver keeps watching the parent. */
+EXPORT int ncclCommSplit(struct fake_comm *parent, int color, int key, struct fake_comm **child,
+			 void *config)
+{
+	nccl_unique_id id;
+	unsigned long h = 5381;
+
+	(void)key;
+	(void)config;
+	*child = NULL;
+	if (!parent)
+		return 4;
+	for (const char *p = parent->id; *p; p++)
+		h = h * 33 + (unsigned char)*p;
+	h = h * 33 + parent->splits++;
+	if (color < 0)
+		return 0; /* NCCL_SPLIT_NOCOLOR: no child for this rank */
+	h = h * 33 + (unsigned int)color;
+	memset(&id, 0, sizeof(id));
+	snprintf(id.internal, sizeof(id.internal), "%016lx", h);
+	return init_rank(child, parent->nranks, id, parent->rank, 0);
+}
+
+EXPORT int ncclRedOpCreatePreMulSum(int *op, void *scalar, int datatype, int residence,
+				    struct fake_comm *c)
+{
+	(void)scalar;
+	(void)datatype;
+	(void)residence;
+	for (int i = 0; c && i < 32; i++)
+		if (!(c->user_ops & (1u << i))) {
+			c->user_ops |= 1u << i;
+			*op = FIRST_OP + i;
+			return 0;
+		}
+	return 4;
+}
+
+EXPORT int ncclRedOpDestroy(int op, struct fake_comm *c)
+{
+	if (!c || op < FIRST_OP || op >= FIRST_OP + 32 || !(c->user_ops & (1u << (op - FIRST_OP))))
+		return 4;
+	c->user_ops &= ~(1u << (op - FIRST_OP));
+	return 0;
 }
 
 EXPORT int ncclCommInitRankConfig(struct fake_comm **comm, int nranks, nccl_unique_id id, int rank,
 				  void *config)
 {
 	(void)config;
-	return init_rank(comm, nranks, id, rank);
+	return init_rank(comm, nranks, id, rank, 1);
 }
 
 EXPORT int ncclCommFinalize(struct fake_comm *c)
@@ -188,9 +243,13 @@ static int collective(struct fake_comm *c)
 	return 0;
 }
 
+/* An operator the communicator did not make is NCCL's invalid argument:
+ * one made before a teardown must be made again with its communicator. */
 EXPORT int ncclAllReduce(const void *s, void *d, size_t n, int t, int op, struct fake_comm *c,
 			 void *stream)
 {
+	if (op >= FIRST_OP && (op >= FIRST_OP + 32 || !(c->user_ops & (1u << (op - FIRST_OP)))))
+		return 4;
 	return collective(c);
 }
 
