@@ -46,6 +46,7 @@ pthread_mutex_t shim_comms_lock = PTHREAD_MUTEX_INITIALIZER;
 int shim_wrap_handles = -1;
 unsigned int shim_inside;
 unsigned int shim_gate = GATE_OPEN;
+__thread bool shim_servicing;
 uint64_t shim_creation_seq[LOG_MAX];
 static uint64_t next_seq;
 static uint32_t made_unsafe; /* unsafe bits no longer tied to a live count */
@@ -100,6 +101,10 @@ static nccl_result through_gate(void)
 {
 	static const struct timespec tick = {.tv_nsec = 100000};
 
+	if (shim_servicing) {
+		shim_inside_add(); /* dropped as the job's are */
+		return NCCL_SUCCESS;
+	}
 	for (;;) {
 		shim_inside_add();
 		if (shim_gate_open())
@@ -194,6 +199,14 @@ static uint64_t id_of(const nccl_unique_id *id, int nranks)
 		     sizeof(nranks));
 }
 
+/* A child forked from a rank (a DataLoader's worker) shares the rank's
+ * block but not its communicators nor its thread: it keeps out of both. */
+static void forked_child(void)
+{
+	shim_block = NULL;
+	pthread_mutex_init(&shim_comms_lock, NULL);
+}
+
 /* At the first communicator: whether this NCCL is one whose API is known,
  * and the thread that takes the communicators apart. */
 static void first_comm(void)
@@ -220,6 +233,7 @@ static void first_comm(void)
 		return;
 	}
 	pthread_detach(t);
+	pthread_atfork(NULL, NULL, forked_child);
 	__atomic_store_n(&shim_block->caps, NCCL_SHIM_CAP_REBUILD, __ATOMIC_SEQ_CST);
 }
 
@@ -391,7 +405,7 @@ static void drop_comm(int slot)
 	__atomic_store_n(&shim_block->comms[slot].live, 0, __ATOMIC_SEQ_CST);
 	__atomic_store_n(&h->real, NULL, __ATOMIC_RELEASE);
 	h->registered = h->windows = h->device_comms = 0;
-	h->nops = 0;
+	memset(h->ops, 0, sizeof(h->ops));
 	prune_log();
 	update_unsafe();
 	pthread_mutex_unlock(&shim_comms_lock);
@@ -496,6 +510,10 @@ EXPORT nccl_result ncclCommSplit(nccl_comm comm, int color, int key, nccl_comm *
 		update_unsafe();
 		pthread_mutex_unlock(&shim_comms_lock);
 	}
+	/* A split still in progress (a non-blocking parent, or one inside a
+	 * group): NCCL hands the child over later, never seen here. */
+	if (r == NCCL_IN_PROGRESS && color != NCCL_SPLIT_NOCOLOR && !*newcomm)
+		shim_mark_unsafe(NCCL_UNSAFE_MADE);
 	if ((r == NCCL_SUCCESS || r == NCCL_IN_PROGRESS) && parent >= 0 &&
 	    color != NCCL_SPLIT_NOCOLOR && *newcomm) {
 		REAL(ncclCommUserRank, nccl_result(*)(nccl_comm, int *));
@@ -634,10 +652,22 @@ THROUGH(ncclGinBarrierCreateRequirement,
  * PyTorch's watchdog asks for a communicator's errors all the time: it
  * must neither wait for a checkpoint nor see an error then. */
 
-static bool answer_kept(nccl_comm comm, int *slot)
+/* Into NCCL with handle where the communicators are the job's (as
+ * enter); where they are taken apart, or being, false at once, with the
+ * answer kept to give. */
+static bool enter_or_keep(nccl_comm comm, nccl_comm *real, int *slot)
 {
 	*slot = shim_slot_of(comm);
-	return *slot >= 0 && shim_wrap_handles == 1 && !shim_gate_open();
+	*real = comm;
+	if (*slot < 0)
+		return true;
+	shim_inside_add();
+	if (!shim_gate_open() && !shim_servicing) {
+		shim_inside_drop();
+		return false;
+	}
+	*real = shim_real_comm(*slot);
+	return true;
 }
 
 EXPORT nccl_result ncclCommGetAsyncError(nccl_comm comm, nccl_result *error)
@@ -647,12 +677,8 @@ EXPORT nccl_result ncclCommGetAsyncError(nccl_comm comm, nccl_result *error)
 	int slot;
 
 	REAL(ncclCommGetAsyncError, nccl_result(*)(nccl_comm, nccl_result *));
-	if (answer_kept(comm, &slot)) {
+	if (!enter_or_keep(comm, &real, &slot)) {
 		*error = shim_gate_failed() ? NCCL_INTERNAL_ERROR : NCCL_SUCCESS;
-		return NCCL_SUCCESS;
-	}
-	if (enter(comm, &real, &slot) != NCCL_SUCCESS) {
-		*error = NCCL_INTERNAL_ERROR;
 		return NCCL_SUCCESS;
 	}
 	r = fn_ncclCommGetAsyncError(real, error);
@@ -660,6 +686,7 @@ EXPORT nccl_result ncclCommGetAsyncError(nccl_comm comm, nccl_result *error)
 	return r;
 }
 
+/* The size, rank and device a communicator had, until it is back. */
 #define KEPT_INT(name, field)                                                                      \
 	EXPORT nccl_result name(nccl_comm comm, int *value)                                        \
 	{                                                                                          \
@@ -668,12 +695,14 @@ EXPORT nccl_result ncclCommGetAsyncError(nccl_comm comm, nccl_result *error)
 		int slot;                                                                          \
                                                                                                    \
 		REAL(name, nccl_result (*)(nccl_comm, int *));                                     \
-		if (answer_kept(comm, &slot) && shim_handles[slot].field >= 0) {                   \
-			*value = shim_handles[slot].field;                                         \
-			return NCCL_SUCCESS;                                                       \
+		if (!enter_or_keep(comm, &real, &slot)) {                                          \
+			if (shim_handles[slot].field >= 0) {                                       \
+				*value = shim_handles[slot].field;                                 \
+				return NCCL_SUCCESS;                                               \
+			}                                                                          \
+			if (enter(comm, &real, &slot) != NCCL_SUCCESS) /* not known yet */         \
+				return NCCL_INTERNAL_ERROR;                                        \
 		}                                                                                  \
-		if (enter(comm, &real, &slot) != NCCL_SUCCESS)                                     \
-			return NCCL_INTERNAL_ERROR;                                                \
 		r = fn_##name(real, value);                                                        \
 		leave(slot);                                                                       \
 		return r;                                                                          \
@@ -694,14 +723,63 @@ EXPORT const char *ncclGetLastError(nccl_comm comm)
 		fn = (const char *(*)(nccl_comm))shim_real("ncclGetLastError");
 	if (!fn)
 		return "";
-	if (answer_kept(comm, &slot))
-		return "";
-	if (enter(comm, &real, &slot) != NCCL_SUCCESS)
-		return "the communicator could not be made again after a checkpoint";
+	if (!enter_or_keep(comm, &real, &slot))
+		return shim_gate_failed() ? "the communicator could not be made again after a "
+					    "checkpoint"
+					  : "";
 	s = fn(real);
 	leave(slot);
 	return s;
 }
+
+/* ---- NCCL's device API, on the host: passed on ---- */
+
+struct nccl_team {
+	int nranks, rank, stride;
+};
+
+#define TEAM(name)                                                                                 \
+	EXPORT struct nccl_team name(nccl_comm comm)                                               \
+	{                                                                                          \
+		static struct nccl_team (*fn)(nccl_comm);                                          \
+		struct nccl_team t = {0, 0, 0};                                                    \
+		nccl_comm real;                                                                    \
+		int slot;                                                                          \
+                                                                                                   \
+		if (!fn)                                                                           \
+			fn = (struct nccl_team(*)(nccl_comm))shim_real(#name);                     \
+		if (!fn || enter(comm, &real, &slot) != NCCL_SUCCESS)                              \
+			return t;                                                                  \
+		t = fn(real);                                                                      \
+		leave(slot);                                                                       \
+		return t;                                                                          \
+	}
+
+TEAM(ncclTeamWorld)
+TEAM(ncclTeamLsa)
+TEAM(ncclTeamRail)
+
+#define TEAM_RANK(name)                                                                            \
+	EXPORT int name(nccl_comm comm, struct nccl_team team, int rank)                           \
+	{                                                                                          \
+		static int (*fn)(nccl_comm, struct nccl_team, int);                                \
+		nccl_comm real;                                                                    \
+		int slot, r;                                                                       \
+                                                                                                   \
+		if (!fn)                                                                           \
+			fn = (int (*)(nccl_comm, struct nccl_team, int))shim_real(#name);          \
+		if (!fn || enter(comm, &real, &slot) != NCCL_SUCCESS)                              \
+			return -1;                                                                 \
+		r = fn(real, team, rank);                                                          \
+		leave(slot);                                                                       \
+		return r;                                                                          \
+	}
+
+TEAM_RANK(ncclTeamRankToWorld)
+TEAM_RANK(ncclTeamRankToLsa)
+
+THROUGH(ncclCommQueryProperties, (nccl_comm comm, void *props), (real, props),
+	nccl_result (*)(nccl_comm, void *))
 
 /* ---- what a communicator holds: counted, refused while it lives ---- */
 
@@ -751,6 +829,15 @@ static size_t datatype_size(int t)
 	return t >= 0 && t < (int)sizeof(sizes) ? sizes[t] : 0;
 }
 
+int shim_real_op(int slot, int op)
+{
+	int i = op - SYNTHETIC_OP(slot, 0);
+
+	if (slot < 0 || i < 0 || i >= OPS_MAX || !shim_handles[slot].ops[i].used)
+		return op;
+	return shim_handles[slot].ops[i].real;
+}
+
 EXPORT nccl_result ncclRedOpCreatePreMulSum(int *op, void *scalar, int datatype, int residence,
 					    nccl_comm comm)
 {
@@ -762,18 +849,24 @@ EXPORT nccl_result ncclRedOpCreatePreMulSum(int *op, void *scalar, int datatype,
 	if (enter(comm, &real, &slot) != NCCL_SUCCESS)
 		return NCCL_INTERNAL_ERROR;
 	r = fn_ncclRedOpCreatePreMulSum(op, scalar, datatype, residence, real);
-	if (r == NCCL_SUCCESS && slot >= 0) {
+	if (r == NCCL_SUCCESS && slot >= 0 && shim_wrap_handles == 1) {
 		struct shim_handle *h = &shim_handles[slot];
 		size_t size = residence == SCALAR_DEVICE ? sizeof(void *) : datatype_size(datatype);
+		int i;
 
 		pthread_mutex_lock(&shim_comms_lock);
-		if (h->nops < OPS_MAX && size) {
-			struct redop *o = &h->ops[h->nops++];
+		for (i = 0; i < OPS_MAX && h->ops[i].used; i++)
+			;
+		if (i < OPS_MAX && size) {
+			struct redop *o = &h->ops[i];
 
-			*o =
-			    (struct redop){.op = *op, .datatype = datatype, .residence = residence};
+			*o = (struct redop){.used = true,
+					    .real = *op,
+					    .datatype = datatype,
+					    .residence = residence};
 			memcpy(o->scalar, residence == SCALAR_DEVICE ? (void *)&scalar : scalar,
 			       size);
+			*op = SYNTHETIC_OP(slot, i);
 		} else {
 			made_unsafe |= NCCL_UNSAFE_OPS;
 		}
@@ -793,20 +886,64 @@ EXPORT nccl_result ncclRedOpDestroy(int op, nccl_comm comm)
 	REAL(ncclRedOpDestroy, nccl_result(*)(int, nccl_comm));
 	if (enter(comm, &real, &slot) != NCCL_SUCCESS)
 		return NCCL_INTERNAL_ERROR;
-	r = fn_ncclRedOpDestroy(op, real);
+	r = fn_ncclRedOpDestroy(shim_real_op(slot, op), real);
 	if (r == NCCL_SUCCESS && slot >= 0) {
-		struct shim_handle *h = &shim_handles[slot];
+		int i = op - SYNTHETIC_OP(slot, 0);
 
-		pthread_mutex_lock(&shim_comms_lock);
-		for (unsigned int i = 0; i < h->nops; i++)
-			if (h->ops[i].op == op) {
-				memmove(&h->ops[i], &h->ops[i + 1],
-					(h->nops - i - 1) * sizeof(h->ops[0]));
-				h->nops--;
-				break;
-			}
-		pthread_mutex_unlock(&shim_comms_lock);
+		if (i >= 0 && i < OPS_MAX)
+			shim_handles[slot].ops[i].used = false;
 	}
 	leave(slot);
 	return r;
 }
+
+/* NCCL's profiling names (pnccl...) reach the same wrappers: a job that
+ * calls them holds the same handles. */
+EXPORT __typeof__(ncclCommAbort) pncclCommAbort __attribute__((alias("ncclCommAbort")));
+EXPORT __typeof__(ncclCommCount) pncclCommCount __attribute__((alias("ncclCommCount")));
+EXPORT __typeof__(ncclCommCuDevice) pncclCommCuDevice __attribute__((alias("ncclCommCuDevice")));
+EXPORT __typeof__(ncclCommDeregister) pncclCommDeregister
+    __attribute__((alias("ncclCommDeregister")));
+EXPORT __typeof__(ncclCommDestroy) pncclCommDestroy __attribute__((alias("ncclCommDestroy")));
+EXPORT __typeof__(ncclCommFinalize) pncclCommFinalize __attribute__((alias("ncclCommFinalize")));
+EXPORT __typeof__(ncclCommGetAsyncError) pncclCommGetAsyncError
+    __attribute__((alias("ncclCommGetAsyncError")));
+EXPORT __typeof__(ncclCommGetUniqueId) pncclCommGetUniqueId
+    __attribute__((alias("ncclCommGetUniqueId")));
+EXPORT __typeof__(ncclCommGrow) pncclCommGrow __attribute__((alias("ncclCommGrow")));
+EXPORT __typeof__(ncclCommInitAll) pncclCommInitAll __attribute__((alias("ncclCommInitAll")));
+EXPORT __typeof__(ncclCommInitRank) pncclCommInitRank __attribute__((alias("ncclCommInitRank")));
+EXPORT __typeof__(ncclCommInitRankConfig) pncclCommInitRankConfig
+    __attribute__((alias("ncclCommInitRankConfig")));
+EXPORT __typeof__(ncclCommInitRankScalable) pncclCommInitRankScalable
+    __attribute__((alias("ncclCommInitRankScalable")));
+EXPORT __typeof__(ncclCommMemStats) pncclCommMemStats __attribute__((alias("ncclCommMemStats")));
+EXPORT __typeof__(ncclCommQueryProperties) pncclCommQueryProperties
+    __attribute__((alias("ncclCommQueryProperties")));
+EXPORT __typeof__(ncclCommRegister) pncclCommRegister __attribute__((alias("ncclCommRegister")));
+EXPORT __typeof__(ncclCommResume) pncclCommResume __attribute__((alias("ncclCommResume")));
+EXPORT __typeof__(ncclCommRevoke) pncclCommRevoke __attribute__((alias("ncclCommRevoke")));
+EXPORT __typeof__(ncclCommShrink) pncclCommShrink __attribute__((alias("ncclCommShrink")));
+EXPORT __typeof__(ncclCommSplit) pncclCommSplit __attribute__((alias("ncclCommSplit")));
+EXPORT __typeof__(ncclCommSuspend) pncclCommSuspend __attribute__((alias("ncclCommSuspend")));
+EXPORT __typeof__(ncclCommUserRank) pncclCommUserRank __attribute__((alias("ncclCommUserRank")));
+EXPORT __typeof__(ncclCommWindowDeregister) pncclCommWindowDeregister
+    __attribute__((alias("ncclCommWindowDeregister")));
+EXPORT __typeof__(ncclCommWindowRegister) pncclCommWindowRegister
+    __attribute__((alias("ncclCommWindowRegister")));
+EXPORT __typeof__(ncclDevCommCreate) pncclDevCommCreate __attribute__((alias("ncclDevCommCreate")));
+EXPORT __typeof__(ncclDevCommDestroy) pncclDevCommDestroy
+    __attribute__((alias("ncclDevCommDestroy")));
+EXPORT __typeof__(ncclGetLastError) pncclGetLastError __attribute__((alias("ncclGetLastError")));
+EXPORT __typeof__(ncclGinBarrierCreateRequirement) pncclGinBarrierCreateRequirement
+    __attribute__((alias("ncclGinBarrierCreateRequirement")));
+EXPORT __typeof__(ncclRedOpCreatePreMulSum) pncclRedOpCreatePreMulSum
+    __attribute__((alias("ncclRedOpCreatePreMulSum")));
+EXPORT __typeof__(ncclRedOpDestroy) pncclRedOpDestroy __attribute__((alias("ncclRedOpDestroy")));
+EXPORT __typeof__(ncclTeamLsa) pncclTeamLsa __attribute__((alias("ncclTeamLsa")));
+EXPORT __typeof__(ncclTeamRail) pncclTeamRail __attribute__((alias("ncclTeamRail")));
+EXPORT __typeof__(ncclTeamRankToLsa) pncclTeamRankToLsa __attribute__((alias("ncclTeamRankToLsa")));
+EXPORT __typeof__(ncclTeamRankToWorld) pncclTeamRankToWorld
+    __attribute__((alias("ncclTeamRankToWorld")));
+EXPORT __typeof__(ncclTeamWorld) pncclTeamWorld __attribute__((alias("ncclTeamWorld")));
+EXPORT __typeof__(ncclWinGetUserPtr) pncclWinGetUserPtr __attribute__((alias("ncclWinGetUserPtr")));

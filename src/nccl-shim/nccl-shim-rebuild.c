@@ -70,6 +70,7 @@ static void use_device(int ordinal)
 	static int (*device_get)(int *, int);
 	static int (*retain)(void **, int);
 	static int (*set_current)(void *);
+	static void *retained[64];
 	void *ctx = NULL;
 	int dev;
 
@@ -84,10 +85,15 @@ static void use_device(int ordinal)
 		set_current = (int (*)(void *))dlsym(cuda, "cuCtxSetCurrent");
 		device_get = (int (*)(int *, int))dlsym(cuda, "cuDeviceGet");
 	}
-	if (!device_get || !retain || !set_current || device_get(&dev, ordinal) != 0)
+	if (!device_get || !retain || !set_current || ordinal >= 64 ||
+	    device_get(&dev, ordinal) != 0)
 		return;
-	if (retain(&ctx, dev) == 0)
-		set_current(ctx);
+	/* Retained once a device, for the thread's life: the primary context
+	 * the job's runtime uses too. */
+	if (!retained[ordinal] && retain(&ctx, dev) == 0)
+		retained[ordinal] = ctx;
+	if (retained[ordinal])
+		set_current(retained[ordinal]);
 }
 
 static void set_phase(enum nccl_shim_phase phase, nccl_result error)
@@ -100,19 +106,33 @@ static void set_phase(enum nccl_shim_phase phase, nccl_result error)
 	__atomic_store_n(&shim_block->phase, phase, __ATOMIC_SEQ_CST);
 }
 
+static bool held(void)
+{
+	return __atomic_load_n(&shim_block->request, __ATOMIC_SEQ_CST) == NCCL_SHIM_HOLD;
+}
+
+static uint32_t next_gen(void)
+{
+	return __atomic_load_n(&shim_block->gen, __ATOMIC_SEQ_CST) + 1;
+}
+
 /* Whether stasis, holding the ranks, asks for the next teardown. */
 static bool teardown_asked(void)
 {
-	return __atomic_load_n(&shim_block->teardown, __ATOMIC_SEQ_CST) ==
-		   __atomic_load_n(&shim_block->gen, __ATOMIC_SEQ_CST) + 1 &&
-	       __atomic_load_n(&shim_block->request, __ATOMIC_SEQ_CST) == NCCL_SHIM_HOLD;
+	return held() && __atomic_load_n(&shim_block->teardown, __ATOMIC_SEQ_CST) == next_gen();
+}
+
+static bool destroy_asked(void)
+{
+	return teardown_asked() &&
+	       __atomic_load_n(&shim_block->destroy, __ATOMIC_SEQ_CST) == next_gen();
 }
 
 /* Whether the ranks, taken apart, are let go: stasis let them go (or
  * asks for no teardown any more), or the stasis that holds them is gone. */
 static bool let_go(void)
 {
-	return __atomic_load_n(&shim_block->request, __ATOMIC_SEQ_CST) != NCCL_SHIM_HOLD ||
+	return !held() ||
 	       __atomic_load_n(&shim_block->teardown, __ATOMIC_SEQ_CST) !=
 		   __atomic_load_n(&shim_block->gen, __ATOMIC_SEQ_CST) ||
 	       shim_holder_gone();
@@ -159,8 +179,8 @@ static nccl_result post_next_ids(const int *order, int n, uint32_t gen)
 	return NCCL_SUCCESS;
 }
 
-/* Finalized in the order they were made (every rank alike: NCCL's
- * teardown waits for the peers), then destroyed children first. */
+/* Finalized in the order they were made, then destroyed, children
+ * first (in NCCL 2.28 both are the rank's own: none waits for a peer). */
 static nccl_result destroy_all(const int *order, int n)
 {
 	nccl_result r;
@@ -200,36 +220,80 @@ static bool job_out_of_nccl(void)
 	static const struct timespec tick = {.tv_nsec = 100000};
 
 	while (__atomic_load_n(&shim_inside, __ATOMIC_SEQ_CST)) {
-		if (!teardown_asked())
+		if (!teardown_asked() || shim_holder_gone())
 			return false;
 		nanosleep(&tick, NULL);
 	}
 	return true;
 }
 
-static void take_apart(void)
+/* A non-blocking communicator launches from NCCL's own thread after the
+ * job's call returned: done once NCCL no longer says in progress. */
+static nccl_result drain_all(const int *order, int n)
+{
+	for (int k = 0; k < n; k++) {
+		const struct creation *c = &shim_creations[order[k]];
+		nccl_comm real = c->slot >= 0 ? shim_handles[c->slot].real : NULL;
+		nccl_result r = real ? wait_ready(real) : NCCL_SUCCESS;
+
+		if (r != NCCL_SUCCESS)
+			return r == NCCL_IN_PROGRESS ? NCCL_SYSTEM_ERROR : r;
+	}
+	return NCCL_SUCCESS;
+}
+
+static void reopen(void)
+{
+	__atomic_store_n(&shim_gate, GATE_OPEN, __ATOMIC_SEQ_CST);
+	set_phase(NCCL_PHASE_UP, NCCL_SUCCESS);
+}
+
+/* The first half, which changes nothing that cannot be opened again: the
+ * job's threads kept out of NCCL, what NCCL still launches done, the
+ * devices read. */
+static void quiesce(void)
 {
 	int order[LOG_MAX], n;
-	uint64_t start = now_us();
-	uint32_t gen;
 	nccl_result r;
 
 	set_phase(NCCL_PHASE_GOING_DOWN, NCCL_SUCCESS);
 	__atomic_store_n(&shim_gate, GATE_CLOSED, __ATOMIC_SEQ_CST);
 	if (!job_out_of_nccl()) {
-		__atomic_store_n(&shim_gate, GATE_OPEN, __ATOMIC_SEQ_CST);
-		set_phase(NCCL_PHASE_UP, NCCL_SUCCESS);
+		reopen();
 		return;
 	}
-	gen = __atomic_add_fetch(&shim_block->gen, 1, __ATOMIC_SEQ_CST);
 	pthread_mutex_lock(&shim_comms_lock);
 	n = creation_order(order);
-	r = read_devices(order, n);
+	r = drain_all(order, n);
 	if (r == NCCL_SUCCESS)
-		r = post_next_ids(order, n, gen);
+		r = read_devices(order, n);
+	pthread_mutex_unlock(&shim_comms_lock);
+	if (r != NCCL_SUCCESS) {
+		/* Nothing was destroyed: the job goes on; stasis is told. */
+		__atomic_store_n(&shim_block->error, r, __ATOMIC_SEQ_CST);
+		__atomic_store_n(&shim_block->refused, next_gen(), __ATOMIC_SEQ_CST);
+		reopen();
+		return;
+	}
+	set_phase(NCCL_PHASE_QUIET, NCCL_SUCCESS);
+}
+
+/* The second half, once every rank is quiet: each rank 0 asks for its
+ * communicators' next ids, and they are destroyed. */
+static void take_apart(void)
+{
+	int order[LOG_MAX], n;
+	uint64_t start = now_us();
+	uint32_t gen = next_gen();
+	nccl_result r;
+
+	pthread_mutex_lock(&shim_comms_lock);
+	n = creation_order(order);
+	r = post_next_ids(order, n, gen);
 	if (r == NCCL_SUCCESS)
 		r = destroy_all(order, n);
 	pthread_mutex_unlock(&shim_comms_lock);
+	__atomic_store_n(&shim_block->gen, gen, __ATOMIC_SEQ_CST);
 	__atomic_store_n(&shim_block->down_us, now_us() - start, __ATOMIC_SEQ_CST);
 	if (r != NCCL_SUCCESS) {
 		/* Some communicators may be gone: the job's calls fail from
@@ -243,9 +307,20 @@ static void take_apart(void)
 
 /* One creation made again: from the id its rank 0 posted (and stasis
  * copied here), or split from its parent made again. */
+/* A child NCCL hands over later (a non-blocking split: it writes the
+ * handle from its own thread, into the creation, which outlives the call),
+ * at most a minute. */
+static void wait_handed_over(struct creation *c)
+{
+	static const struct timespec tick = {.tv_nsec = 1000000};
+	uint64_t start = now_us();
+
+	while (!__atomic_load_n(&c->made, __ATOMIC_ACQUIRE) && now_us() - start < 60000000u)
+		nanosleep(&tick, NULL);
+}
+
 static nccl_result make_one(struct creation *c, uint32_t gen)
 {
-	nccl_comm made = NULL;
 	void *config = c->has_config ? c->config : NULL;
 	nccl_result r;
 
@@ -260,53 +335,43 @@ static nccl_result make_one(struct creation *c, uint32_t gen)
 		if (!wire || __atomic_load_n(&wire->uid_gen, __ATOMIC_SEQ_CST) != gen)
 			return NCCL_INVALID_USAGE; /* no id for this life */
 		memcpy(id.internal, wire->next_uid, sizeof(id.internal));
-		r = fn_ncclCommInitRankConfig(&made, c->nranks, id, c->rank, config);
+		r = fn_ncclCommInitRankConfig(&c->made, c->nranks, id, c->rank, config);
 	} else {
 		nccl_comm parent = c->parent >= 0 ? shim_creations[c->parent].made : NULL;
 
 		REAL(ncclCommSplit, nccl_result(*)(nccl_comm, int, int, nccl_comm *, void *));
 		if (!parent)
 			return NCCL_INTERNAL_ERROR;
-		r = fn_ncclCommSplit(parent, c->color, c->key, &made, config);
+		r = fn_ncclCommSplit(parent, c->color, c->key, &c->made, config);
+		if (r == NCCL_IN_PROGRESS && c->color != NCCL_SPLIT_NOCOLOR)
+			wait_handed_over(c);
 	}
-	if ((r == NCCL_SUCCESS || r == NCCL_IN_PROGRESS) && made)
-		r = wait_ready(made);
-	c->made = made;
-	return r == NCCL_IN_PROGRESS ? NCCL_SUCCESS : r;
+	if ((r == NCCL_SUCCESS || r == NCCL_IN_PROGRESS) && c->made)
+		r = wait_ready(c->made);
+	/* Still in progress after wait_ready's minute: not made. */
+	return r == NCCL_IN_PROGRESS ? NCCL_SYSTEM_ERROR : r;
 }
 
-/* A communicator's reduction operators made again under the same ids:
- * NCCL hands out the lowest free one, so the ids in between are made
- * and destroyed again. */
+/* A communicator's reduction operators made again; the job keeps its
+ * ids, which now stand for NCCL's new ones. */
 static nccl_result make_ops(struct shim_handle *h)
 {
-	int spare[OPS_MAX * 4], nspare = 0;
-	nccl_result r = NCCL_SUCCESS;
-
 	REAL(ncclRedOpCreatePreMulSum, nccl_result(*)(int *, void *, int, int, nccl_comm));
-	REAL(ncclRedOpDestroy, nccl_result(*)(int, nccl_comm));
-	for (unsigned int i = 0; r == NCCL_SUCCESS && i < h->nops; i++) {
+	for (int i = 0; i < OPS_MAX; i++) {
 		struct redop *o = &h->ops[i];
 		void *scalar = o->scalar;
-		int got = -1;
+		nccl_result r;
 
+		if (!o->used)
+			continue;
 		if (o->residence == SCALAR_DEVICE)
 			memcpy(&scalar, o->scalar, sizeof(scalar));
-		while (r == NCCL_SUCCESS && got != o->op) {
-			r = fn_ncclRedOpCreatePreMulSum(&got, scalar, o->datatype, o->residence,
-							h->real);
-			if (r == NCCL_SUCCESS && got != o->op) {
-				if (got > o->op ||
-				    nspare == (int)(sizeof(spare) / sizeof(spare[0])))
-					r = NCCL_INTERNAL_ERROR;
-				else
-					spare[nspare++] = got;
-			}
-		}
+		r = fn_ncclRedOpCreatePreMulSum(&o->real, scalar, o->datatype, o->residence,
+						h->real);
+		if (r != NCCL_SUCCESS)
+			return r;
 	}
-	while (nspare > 0)
-		fn_ncclRedOpDestroy(spare[--nspare], h->real);
-	return r;
+	return NCCL_SUCCESS;
 }
 
 /* Splits made again only so that the peers could split: their children
@@ -345,7 +410,7 @@ static void make_again(void)
 			__atomic_store_n(&shim_handles[c->slot].real, c->made, __ATOMIC_RELEASE);
 	}
 	for (int i = 0; r == NCCL_SUCCESS && i < NCCL_SHIM_COMMS; i++)
-		if (shim_handles[i].real && shim_handles[i].nops)
+		if (shim_handles[i].real)
 			r = make_ops(&shim_handles[i]);
 	if (r == NCCL_SUCCESS)
 		r = destroy_unused(order, n);
@@ -362,25 +427,36 @@ static void make_again(void)
 	set_phase(NCCL_PHASE_UP, NCCL_SUCCESS);
 }
 
-/* Waits for stasis to change `teardown` (it wakes the futex), at most
- * 0.1 s: the holder's life is checked as often. */
+/* Waits for stasis to change `teardown` or `destroy` (it wakes the futex
+ * on `teardown` after either), at most 0.1 s: the holder's life is
+ * checked as often. */
 static void wait_for_word(uint32_t seen)
 {
 	struct timespec timeout = {.tv_nsec = 100000000};
+	uint32_t now = __atomic_load_n(&shim_block->teardown, __ATOMIC_SEQ_CST);
 
-	syscall(SYS_futex, &shim_block->teardown, FUTEX_WAIT, seen, &timeout, NULL, 0);
+	if (now + __atomic_load_n(&shim_block->destroy, __ATOMIC_SEQ_CST) != seen)
+		return;
+	syscall(SYS_futex, &shim_block->teardown, FUTEX_WAIT, now, &timeout, NULL, 0);
 }
 
 void *shim_service(void *arg)
 {
 	(void)arg;
+	shim_servicing = true;
 	prctl(PR_SET_NAME, "stasis-nccl");
 	for (;;) {
-		uint32_t asked = __atomic_load_n(&shim_block->teardown, __ATOMIC_SEQ_CST);
+		uint32_t asked = __atomic_load_n(&shim_block->teardown, __ATOMIC_SEQ_CST) +
+				 __atomic_load_n(&shim_block->destroy, __ATOMIC_SEQ_CST);
 		uint32_t phase = __atomic_load_n(&shim_block->phase, __ATOMIC_SEQ_CST);
 
-		if (phase == NCCL_PHASE_UP && teardown_asked())
+		if (phase == NCCL_PHASE_UP && teardown_asked() && !shim_holder_gone() &&
+		    __atomic_load_n(&shim_block->refused, __ATOMIC_SEQ_CST) != next_gen())
+			quiesce();
+		else if (phase == NCCL_PHASE_QUIET && destroy_asked() && !shim_holder_gone())
 			take_apart();
+		else if (phase == NCCL_PHASE_QUIET && (!teardown_asked() || shim_holder_gone()))
+			reopen();
 		else if (phase == NCCL_PHASE_DOWN && let_go())
 			make_again();
 		else

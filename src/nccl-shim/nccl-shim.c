@@ -220,13 +220,14 @@ static void boundary(int slot)
 /* Before a collective on handle: counted, after a wait at a boundary where
  * it starts one (outside a group). Returns NCCL's communicator to launch
  * it on; *inside says whether the caller drops inside after the launch. */
-static nccl_comm collective_begin(nccl_comm handle, enum nccl_shim_op op, bool *inside)
+static nccl_comm collective_begin(nccl_comm handle, enum nccl_shim_op op, bool *inside, int *slotp)
 {
 	int slot = shim_slot_of(handle);
 
 	*inside = false;
-	if (!shim_block || slot < 0)
-		return handle;
+	*slotp = slot;
+	if (!shim_block || slot < 0 || shim_servicing)
+		return slot >= 0 ? shim_real_comm(slot) : handle;
 	if (group_depth == 0) {
 		boundary(slot);
 		*inside = true;
@@ -271,7 +272,7 @@ static bool group_left(bool launched)
 EXPORT nccl_result ncclGroupStart(void)
 {
 	REAL(ncclGroupStart, nccl_result(*)(void));
-	if (shim_block && group_depth == 0) {
+	if (shim_block && group_depth == 0 && !shim_servicing) {
 		boundary(-1); /* in in_group, and inside, once it may go */
 		group_counted = true;
 	}
@@ -335,9 +336,10 @@ static void note_capture(cuda_stream stream)
 	{                                                                                          \
 		bool inside;                                                                       \
 		nccl_result r;                                                                     \
+		int slot;                                                                          \
                                                                                                    \
 		REAL(name, type);                                                                  \
-		comm = collective_begin(comm, op, &inside);                                        \
+		comm = collective_begin(comm, op, &inside, &slot);                                 \
 		if (shim_block)                                                                    \
 			note_capture(st);                                                          \
 		r = shim_gate_failed() && inside ? NCCL_INTERNAL_ERROR : fn_##name args;           \
@@ -347,7 +349,7 @@ static void note_capture(cuda_stream stream)
 	}
 COLLECTIVE(ncclAllReduce, NCCL_OP_ALL_REDUCE,
 	   (const void *s, void *d, size_t n, int t, int o, nccl_comm comm, cuda_stream st),
-	   (s, d, n, t, o, comm, st),
+	   (s, d, n, t, shim_real_op(slot, o), comm, st),
 	   nccl_result (*)(const void *, void *, size_t, int, int, nccl_comm, cuda_stream))
 COLLECTIVE(ncclBroadcast, NCCL_OP_BROADCAST,
 	   (const void *s, void *d, size_t n, int t, int root, nccl_comm comm, cuda_stream st),
@@ -360,7 +362,7 @@ COLLECTIVE(ncclBcast, NCCL_OP_BROADCAST,
 COLLECTIVE(ncclReduce, NCCL_OP_REDUCE,
 	   (const void *s, void *d, size_t n, int t, int o, int root, nccl_comm comm,
 	    cuda_stream st),
-	   (s, d, n, t, o, root, comm, st),
+	   (s, d, n, t, shim_real_op(slot, o), root, comm, st),
 	   nccl_result (*)(const void *, void *, size_t, int, int, int, nccl_comm, cuda_stream))
 COLLECTIVE(ncclAllGather, NCCL_OP_ALL_GATHER,
 	   (const void *s, void *d, size_t n, int t, nccl_comm comm, cuda_stream st),
@@ -368,7 +370,7 @@ COLLECTIVE(ncclAllGather, NCCL_OP_ALL_GATHER,
 	   nccl_result (*)(const void *, void *, size_t, int, nccl_comm, cuda_stream))
 COLLECTIVE(ncclReduceScatter, NCCL_OP_REDUCE_SCATTER,
 	   (const void *s, void *d, size_t n, int t, int o, nccl_comm comm, cuda_stream st),
-	   (s, d, n, t, o, comm, st),
+	   (s, d, n, t, shim_real_op(slot, o), comm, st),
 	   nccl_result (*)(const void *, void *, size_t, int, int, nccl_comm, cuda_stream))
 COLLECTIVE(ncclAlltoAll, NCCL_OP_ALL_TO_ALL,
 	   (const void *s, void *d, size_t n, int t, nccl_comm comm, cuda_stream st),
@@ -402,3 +404,24 @@ COLLECTIVE(ncclPutSignal, NCCL_OP_SEND,
 	   (s, n, t, peer, win, off, sig, ctx, flags, comm, st),
 	   nccl_result (*)(const void *, size_t, int, int, void *, size_t, int, int, unsigned int,
 			   nccl_comm, cuda_stream))
+
+/* NCCL's profiling names (pnccl...) reach the same wrappers: a job that
+ * calls them holds the same handles. */
+EXPORT __typeof__(ncclAllGather) pncclAllGather __attribute__((alias("ncclAllGather")));
+EXPORT __typeof__(ncclAllReduce) pncclAllReduce __attribute__((alias("ncclAllReduce")));
+EXPORT __typeof__(ncclAlltoAll) pncclAlltoAll __attribute__((alias("ncclAlltoAll")));
+EXPORT __typeof__(ncclBcast) pncclBcast __attribute__((alias("ncclBcast")));
+EXPORT __typeof__(ncclBroadcast) pncclBroadcast __attribute__((alias("ncclBroadcast")));
+EXPORT __typeof__(ncclGather) pncclGather __attribute__((alias("ncclGather")));
+EXPORT __typeof__(ncclGroupEnd) pncclGroupEnd __attribute__((alias("ncclGroupEnd")));
+EXPORT __typeof__(ncclGroupSimulateEnd) pncclGroupSimulateEnd
+    __attribute__((alias("ncclGroupSimulateEnd")));
+EXPORT __typeof__(ncclGroupStart) pncclGroupStart __attribute__((alias("ncclGroupStart")));
+EXPORT __typeof__(ncclPutSignal) pncclPutSignal __attribute__((alias("ncclPutSignal")));
+EXPORT __typeof__(ncclRecv) pncclRecv __attribute__((alias("ncclRecv")));
+EXPORT __typeof__(ncclReduce) pncclReduce __attribute__((alias("ncclReduce")));
+EXPORT __typeof__(ncclReduceScatter) pncclReduceScatter __attribute__((alias("ncclReduceScatter")));
+EXPORT __typeof__(ncclScatter) pncclScatter __attribute__((alias("ncclScatter")));
+EXPORT __typeof__(ncclSend) pncclSend __attribute__((alias("ncclSend")));
+EXPORT __typeof__(ncclSignal) pncclSignal __attribute__((alias("ncclSignal")));
+EXPORT __typeof__(ncclWaitSignal) pncclWaitSignal __attribute__((alias("ncclWaitSignal")));

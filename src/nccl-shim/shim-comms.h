@@ -23,11 +23,20 @@
 #define OPS_MAX 8   /* live reduction operators of one communicator */
 
 /* A reduction operator made for a communicator (ncclRedOpCreatePreMulSum),
- * made again with it. */
+ * made again with it. NCCL's ids mix in the communicator's address, so the
+ * job holds an id of the interposer's (synthetic_op) and gets NCCL's
+ * current one at each call. */
 struct redop {
-	int op, datatype, residence;
+	bool used;
+	int real; /* NCCL's id, for the communicator of now */
+	int datatype, residence;
 	unsigned char scalar[8]; /* the value (host) or the pointer (device) */
 };
+
+/* The job's id of slot's operator i: far above NCCL's built-in ones, never
+ * a value NCCL hands out for another communicator of the interposer's. */
+#define SYNTHETIC_OP_BASE 0x51000000
+#define SYNTHETIC_OP(slot, i) (SYNTHETIC_OP_BASE | ((slot) << 8) | (i))
 
 /* One creation of the job's, in the order it came: what it takes to make
  * the communicator again. A split stays in the log while its parent does,
@@ -56,7 +65,6 @@ struct shim_handle {
 	uint64_t splits; /* how many times it was split, for its children's ids */
 	unsigned int registered, windows, device_comms;
 	struct redop ops[OPS_MAX];
-	unsigned int nops;
 };
 
 extern struct shim_handle shim_handles[NCCL_SHIM_COMMS];
@@ -75,6 +83,10 @@ extern unsigned int shim_gate;
 extern uint64_t shim_creation_seq[LOG_MAX];
 
 #define SCALAR_DEVICE 0 /* ncclScalarDevice */
+
+/* NCCL's id of the operator op of slot's communicator (op itself where it
+ * is not one of the interposer's). */
+int shim_real_op(int slot, int op);
 
 /* The thread that takes the communicators apart and makes them again. */
 void *shim_service(void *arg);

@@ -52,6 +52,9 @@ int shim_slot_of(nccl_comm handle);
 /* NCCL's communicator behind a slot's handle (NULL while taken apart). */
 nccl_comm shim_real_comm(int slot);
 
+/* NCCL's id of a reduction operator the job got for slot's communicator. */
+int shim_real_op(int slot, int op);
+
 /* Whether the job's threads may use NCCL's communicators: not while they
  * are taken apart or being made again. */
 bool shim_gate_open(void);
@@ -61,6 +64,11 @@ bool shim_gate_failed(void);
 /* Something of the job's that keeps its communicators from being taken
  * apart (enum nccl_shim_unsafe), for good. */
 void shim_mark_unsafe(uint32_t bit);
+
+/* Set in the interposer's own thread: what NCCL calls back into the
+ * wrappers from it (while it makes communicators again, the gate closed)
+ * passes straight on. */
+extern __thread bool shim_servicing;
 
 /* Threads inside one of NCCL's calls on a communicator (or a group): the
  * teardown waits until there are none. */

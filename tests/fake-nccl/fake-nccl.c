@@ -39,8 +39,12 @@ struct fake_comm {
 	unsigned int user_ops; /* live ncclRedOpCreatePreMulSum ids, bit (id - FIRST_OP) */
 };
 
-/* NCCL's built-in reduction operators come first (ncclNumOps). */
+/* NCCL's built-in reduction operators come first (ncclNumOps); as NCCL
+ * does, a communicator's own ids mix in its address: an id is valid only
+ * for the communicator that made it. */
 #define FIRST_OP 5
+#define OP_BASE(c) (FIRST_OP + (int)(((uintptr_t)(c) >> 4) & 0xffff) * 32)
+#define OP_BIT(c, op) ((op)-OP_BASE(c))
 
 static int p2p_live;
 
@@ -159,7 +163,7 @@ EXPORT int ncclRedOpCreatePreMulSum(int *op, void *scalar, int datatype, int res
 	for (int i = 0; c && i < 32; i++)
 		if (!(c->user_ops & (1u << i))) {
 			c->user_ops |= 1u << i;
-			*op = FIRST_OP + i;
+			*op = OP_BASE(c) + i;
 			return 0;
 		}
 	return 4;
@@ -167,9 +171,10 @@ EXPORT int ncclRedOpCreatePreMulSum(int *op, void *scalar, int datatype, int res
 
 EXPORT int ncclRedOpDestroy(int op, struct fake_comm *c)
 {
-	if (!c || op < FIRST_OP || op >= FIRST_OP + 32 || !(c->user_ops & (1u << (op - FIRST_OP))))
+	if (!c || OP_BIT(c, op) < 0 || OP_BIT(c, op) >= 32 ||
+	    !(c->user_ops & (1u << OP_BIT(c, op))))
 		return 4;
-	c->user_ops &= ~(1u << (op - FIRST_OP));
+	c->user_ops &= ~(1u << OP_BIT(c, op));
 	return 0;
 }
 
@@ -248,7 +253,8 @@ static int collective(struct fake_comm *c)
 EXPORT int ncclAllReduce(const void *s, void *d, size_t n, int t, int op, struct fake_comm *c,
 			 void *stream)
 {
-	if (op >= FIRST_OP && (op >= FIRST_OP + 32 || !(c->user_ops & (1u << (op - FIRST_OP)))))
+	if (op >= FIRST_OP &&
+	    (OP_BIT(c, op) < 0 || OP_BIT(c, op) >= 32 || !(c->user_ops & (1u << OP_BIT(c, op)))))
 		return 4;
 	return collective(c);
 }

@@ -29,6 +29,8 @@
 /* NCCL's teardown of a rank's communicators: measured in milliseconds;
  * a rank that takes longer has a thread stuck in NCCL. */
 #define TEARDOWN_LIMIT_MS 30000u
+/* Its first half: the job's threads out of NCCL, with every rank held. */
+#define QUIET_LIMIT_MS 10000u
 
 struct nccl_hold_rank {
 	pid_t pid;
@@ -57,9 +59,11 @@ static struct nccl_shim_block *map_block(int fd, struct stat *st)
 	int seals = fcntl(fd, F_GET_SEALS);
 	struct nccl_shim_block *b;
 
-	if (fstat(fd, st) < 0 || !S_ISREG(st->st_mode) ||
-	    st->st_size != (off_t)sizeof(struct nccl_shim_block) || seals < 0 ||
-	    (seals & (F_SEAL_SHRINK | F_SEAL_GROW)) != (F_SEAL_SHRINK | F_SEAL_GROW))
+	/* Seals first: only shmem files have any, and asking asks no one
+	 * else (a stat of a FUSE file would ask its server). */
+	if (seals < 0 || (seals & (F_SEAL_SHRINK | F_SEAL_GROW)) != (F_SEAL_SHRINK | F_SEAL_GROW) ||
+	    fstat(fd, st) < 0 || !S_ISREG(st->st_mode) ||
+	    st->st_size != (off_t)sizeof(struct nccl_shim_block))
 		return NULL;
 	b = mmap(NULL, sizeof(*b), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	if (b == MAP_FAILED)
@@ -77,6 +81,39 @@ static bool is_block_link(const char *link, ssize_t len)
 {
 	return len == (ssize_t)sizeof(NCCL_SHIM_FD_LINK) - 1 &&
 	       memcmp(link, NCCL_SHIM_FD_LINK, sizeof(NCCL_SHIM_FD_LINK) - 1) == 0;
+}
+
+/* The mount a descriptor's file is on (fdinfo's mnt_id), -1 unknown. */
+static int fd_mount(const char *fdinfo)
+{
+	_cleanup_free_ char *text = read_file_str(fdinfo, NULL);
+	const char *line = text ? strstr(text, "mnt_id:") : NULL;
+	int id = -1;
+
+	if (line && sscanf(line + 7, "%d", &id) != 1)
+		id = -1;
+	return id;
+}
+
+/* Whether pid's descriptor name is a file of the kernel's memfd mount, as
+ * a memfd of stasis's own is: a file elsewhere (a FUSE file named like
+ * the block, in a mount namespace of the job's) is never taken, since
+ * looking at it or closing it could wait on its server for ever. */
+static bool on_memfd_mount(pid_t pid, const char *name)
+{
+	static int memfd_mount = -2;
+	char path[96];
+
+	if (memfd_mount == -2) {
+		int fd = memfd_create("stasis-probe", MFD_CLOEXEC);
+
+		snprintf(path, sizeof(path), "/proc/self/fdinfo/%d", fd);
+		memfd_mount = fd >= 0 ? fd_mount(path) : -1;
+		if (fd >= 0)
+			close(fd);
+	}
+	snprintf(path, sizeof(path), "/proc/%d/fdinfo/%s", (int)pid, name);
+	return memfd_mount >= 0 && fd_mount(path) == memfd_mount;
 }
 
 /* One of pid's descriptors, duplicated into stasis through its pidfd: never
@@ -108,9 +145,29 @@ static int take_fd(int pidfd, const char *name)
 	return fd;
 }
 
+/* The user pid runs as (its real uid, from its status), read while its
+ * pidfd holds it: -1 where unknown, or where the PID is no longer it. A
+ * /proc folder's owner would not do: it is root for any process that is
+ * not dumpable. */
+static uid_t owner_of(pid_t pid, int pidfd)
+{
+	char path[64];
+	_cleanup_free_ char *status = NULL;
+	const char *line;
+	unsigned long uid;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	status = read_file_str(path, NULL);
+	line = status ? strstr(status, "\nUid:") : NULL;
+	if (!line || sscanf(line + 5, "%lu", &uid) != 1 ||
+	    syscall(SYS_pidfd_send_signal, pidfd, 0, NULL, 0) < 0)
+		return (uid_t)-1;
+	return (uid_t)uid;
+}
+
 /* The block behind pid's descriptor named as the interposer names it (the
- * link read first only to pass over the others cheaply). */
-static struct nccl_shim_block *find_block(pid_t pid, struct stat *st)
+ * link read first only to pass over the others cheaply), and its owner. */
+static struct nccl_shim_block *find_block(pid_t pid, struct stat *st, uid_t *owner)
 {
 	struct nccl_shim_block *b = NULL;
 	char dir[64], link[sizeof(NCCL_SHIM_FD_LINK) + 1];
@@ -131,7 +188,7 @@ static struct nccl_shim_block *find_block(pid_t pid, struct stat *st)
 		ssize_t len = readlinkat(dirfd(d), de->d_name, link, sizeof(link));
 		int fd;
 
-		if (!is_block_link(link, len))
+		if (!is_block_link(link, len) || !on_memfd_mount(pid, de->d_name))
 			continue;
 		fd = take_fd(pidfd, de->d_name);
 		if (fd < 0)
@@ -140,18 +197,10 @@ static struct nccl_shim_block *find_block(pid_t pid, struct stat *st)
 		close(fd);
 	}
 	closedir(d);
+	if (b && owner)
+		*owner = owner_of(pid, pidfd);
 	close(pidfd);
 	return b;
-}
-
-/* The user a process runs as (its /proc folder's owner); -1 unknown. */
-static uid_t owner_of(pid_t pid)
-{
-	char path[64];
-	struct stat st;
-
-	snprintf(path, sizeof(path), "/proc/%d", (int)pid);
-	return stat(path, &st) == 0 ? st.st_uid : (uid_t)-1;
 }
 
 int nccl_hold_open(struct nccl_hold *h, const pid_t *pids, size_t n)
@@ -165,7 +214,9 @@ int nccl_hold_open(struct nccl_hold *h, const pid_t *pids, size_t n)
 		struct stat st;
 		bool seen = false;
 
-		b = find_block(pids[i], &st);
+		uid_t owner = (uid_t)-1;
+
+		b = find_block(pids[i], &st, &owner);
 		if (!b)
 			continue;
 		for (size_t j = 0; j < h->n && !seen; j++)
@@ -179,7 +230,7 @@ int nccl_hold_open(struct nccl_hold *h, const pid_t *pids, size_t n)
 		}
 		h->ranks = grown;
 		h->ranks[h->n++] =
-		    (struct nccl_hold_rank){pids[i], b, 0, owner_of(pids[i]), st.st_dev, st.st_ino};
+		    (struct nccl_hold_rank){pids[i], b, 0, owner, st.st_dev, st.st_ino};
 	}
 	return 0;
 }
@@ -309,8 +360,10 @@ static void set_request(const struct nccl_hold *h, uint32_t request)
 					 __ATOMIC_SEQ_CST);
 		}
 		/* Let go: the communicators taken apart are made again. */
-		if (request != NCCL_SHIM_HOLD)
+		if (request != NCCL_SHIM_HOLD) {
+			__atomic_store_n(&b->destroy, 0, __ATOMIC_SEQ_CST);
 			__atomic_store_n(&b->teardown, 0, __ATOMIC_SEQ_CST);
+		}
 		__atomic_store_n(&b->request, request, __ATOMIC_SEQ_CST);
 		if (request != NCCL_SHIM_HOLD)
 			__atomic_store_n(&b->holder_pid, 0, __ATOMIC_SEQ_CST);
@@ -450,7 +503,7 @@ const char *nccl_unsafe_reason(uint32_t unsafe)
 int nccl_rank_caps(pid_t pid, struct nccl_rank_caps *caps)
 {
 	struct stat st;
-	struct nccl_shim_block *b = find_block(pid, &st);
+	struct nccl_shim_block *b = find_block(pid, &st, NULL);
 
 	memset(caps, 0, sizeof(*caps));
 	if (!b)
@@ -487,6 +540,25 @@ static int find_poster(const struct nccl_hold *h, uint64_t id, uid_t uid, uint32
 	return -1;
 }
 
+/* How many ranks of the communicator id, among uid's processes, are
+ * held: every one must be, or the ones here would make it again without
+ * their peers. */
+static uint32_t ranks_here(const struct nccl_hold *h, uint64_t id, uid_t uid)
+{
+	uint32_t n = 0;
+
+	for (size_t i = 0; i < h->n; i++) {
+		struct nccl_shim_block *b = h->ranks[i].b;
+
+		if (h->ranks[i].uid != uid)
+			continue;
+		for (uint32_t s = 0; s < comm_count(b); s++)
+			n += __atomic_load_n(&b->comms[s].live, __ATOMIC_SEQ_CST) &&
+			     __atomic_load_n(&b->comms[s].id, __ATOMIC_SEQ_CST) == id;
+	}
+	return n;
+}
+
 /* Whether every rank can take its communicators apart and make them again
  * within the job: each says it can, and every communicator made from an
  * id has its rank 0 here (a job's rank on another machine would hold it).
@@ -506,17 +578,21 @@ static bool teardown_possible(const struct nccl_hold *h, char *why, size_t size)
 		}
 		for (uint32_t s = 0; s < comm_count(b); s++) {
 			struct nccl_shim_comm *c = &b->comms[s];
+			uint64_t id = __atomic_load_n(&c->id, __ATOMIC_SEQ_CST);
+			uint32_t nranks = __atomic_load_n(&c->nranks, __ATOMIC_SEQ_CST);
 
-			if (__atomic_load_n(&c->live, __ATOMIC_SEQ_CST) &&
-			    __atomic_load_n(&c->uid_role, __ATOMIC_SEQ_CST) == NCCL_UID_TAKES &&
-			    find_poster(h, __atomic_load_n(&c->id, __ATOMIC_SEQ_CST),
-					h->ranks[i].uid, &slot) < 0) {
+			if (!__atomic_load_n(&c->live, __ATOMIC_SEQ_CST))
+				continue;
+			if ((__atomic_load_n(&c->uid_role, __ATOMIC_SEQ_CST) == NCCL_UID_TAKES &&
+			     find_poster(h, id, h->ranks[i].uid, &slot) < 0) ||
+			    ranks_here(h, id, h->ranks[i].uid) != nranks) {
 				snprintf(
 				    why, size,
-				    "PID %d is rank %u of an NCCL communicator whose rank 0 is not "
-				    "in the job (another machine's, or a process left out)",
+				    "PID %d is rank %u of an NCCL communicator of %u ranks not "
+				    "all in the job (another machine's, another user's, or a "
+				    "process left out)",
 				    (int)h->ranks[i].pid,
-				    __atomic_load_n(&c->rank, __ATOMIC_RELAXED));
+				    __atomic_load_n(&c->rank, __ATOMIC_RELAXED), nranks);
 				return false;
 			}
 		}
@@ -561,47 +637,79 @@ static int copy_next_ids(const struct nccl_hold *h, struct stasis_error **err)
 	return 0;
 }
 
-/* Every rank's phase DOWN, or the first that failed. */
-static int wait_down(const struct nccl_hold *h, struct stasis_error **err)
+/* A rank that failed to get to phase (or could not quiet its
+ * communicators), as an error. */
+static int refuse_rank(const struct nccl_hold *h, size_t i, uint32_t want,
+		       struct stasis_error **err)
+{
+	struct nccl_shim_block *b = h->ranks[i].b;
+	int error = (int)__atomic_load_n(&b->error, __ATOMIC_SEQ_CST);
+
+	if (__atomic_load_n(&b->refused, __ATOMIC_SEQ_CST) == want) {
+		stasis_error_set(err, EIO, STASIS_DOMAIN_CUDA, error,
+				 "PID %d's NCCL communicators could not be quieted (NCCL error %d)",
+				 (int)h->ranks[i].pid, error);
+		return stasis_error_hint(err, "nothing was changed and the job runs on");
+	}
+	stasis_error_set(
+	    err, EIO, STASIS_DOMAIN_CUDA, error,
+	    "PID %d could not %s its NCCL communicators (NCCL error %d)", (int)h->ranks[i].pid,
+	    __atomic_load_n(&b->failed_in, __ATOMIC_SEQ_CST) == NCCL_PHASE_GOING_UP ? "make again"
+										    : "take apart",
+	    error);
+	return stasis_error_hint(err, "the job's NCCL calls fail from now on");
+}
+
+/* Every rank at phase (DOWN: of this teardown), or the first that failed
+ * or refused; at most limit_ms. */
+static int wait_phase(const struct nccl_hold *h, uint32_t phase, unsigned int limit_ms,
+		      struct stasis_error **err)
 {
 	uint64_t start = now_usec();
 
 	for (;;) {
-		size_t down = 0;
+		size_t there = 0, late = 0;
 
 		for (size_t i = 0; i < h->n; i++) {
 			struct nccl_shim_block *b = h->ranks[i].b;
-			uint32_t phase = __atomic_load_n(&b->phase, __ATOMIC_SEQ_CST);
+			uint32_t now = __atomic_load_n(&b->phase, __ATOMIC_SEQ_CST);
+			uint32_t want = h->ranks[i].teardown;
 
-			if (__atomic_load_n(&b->gen, __ATOMIC_SEQ_CST) != h->ranks[i].teardown)
-				phase = NCCL_PHASE_GOING_DOWN; /* not this teardown's yet */
-			if (phase == NCCL_PHASE_FAILED) {
-				bool making = __atomic_load_n(&b->failed_in, __ATOMIC_SEQ_CST) ==
-					      NCCL_PHASE_GOING_UP;
-
-				stasis_error_set(err, EIO, STASIS_DOMAIN_CUDA,
-						 __atomic_load_n(&b->error, __ATOMIC_SEQ_CST),
-						 "PID %d could not %s its NCCL communicators "
-						 "(NCCL error %d)",
-						 (int)h->ranks[i].pid,
-						 making ? "make again" : "take apart",
-						 (int)__atomic_load_n(&b->error, __ATOMIC_SEQ_CST));
-				return stasis_error_hint(
-				    err, "the job's NCCL calls fail from now on; nothing else was "
-					 "changed");
-			}
-			down += phase == NCCL_PHASE_DOWN;
+			if (now == NCCL_PHASE_FAILED ||
+			    __atomic_load_n(&b->refused, __ATOMIC_SEQ_CST) == want)
+				return refuse_rank(h, i, want, err);
+			if (now == phase && (phase != NCCL_PHASE_DOWN ||
+					     __atomic_load_n(&b->gen, __ATOMIC_SEQ_CST) == want))
+				there++;
+			else
+				late = i;
 		}
-		if (down == h->n)
+		if (there == h->n)
 			return 0;
-		if (now_usec() - start > (uint64_t)TEARDOWN_LIMIT_MS * 1000) {
+		if (now_usec() - start > (uint64_t)limit_ms * 1000) {
 			stasis_error_set(err, ETIMEDOUT, STASIS_DOMAIN_CUDA, 0,
-					 "the NCCL ranks did not take their communicators apart "
-					 "within %u ms",
-					 TEARDOWN_LIMIT_MS);
-			return stasis_error_hint(err, "nothing was changed and the job runs on");
+					 phase == NCCL_PHASE_QUIET
+					     ? "PID %d still had a thread inside NCCL after %u ms"
+					     : "PID %d did not take its NCCL communicators apart "
+					       "within %u ms",
+					 (int)h->ranks[late].pid, limit_ms);
+			return stasis_error_hint(err,
+						 phase == NCCL_PHASE_QUIET
+						     ? "nothing was changed and the job runs on"
+						     : "the job's NCCL calls may fail from now on");
 		}
 		usleep(HOLD_POLL_US);
+	}
+}
+
+static void ask_all(const struct nccl_hold *h, size_t word)
+{
+	for (size_t i = 0; i < h->n; i++) {
+		struct nccl_shim_block *b = h->ranks[i].b;
+		uint32_t *at = word ? &b->destroy : &b->teardown;
+
+		__atomic_store_n(at, h->ranks[i].teardown, __ATOMIC_SEQ_CST);
+		wake_service(b);
 	}
 }
 
@@ -622,20 +730,22 @@ int nccl_hold_teardown(struct nccl_hold *h, bool needed, struct stasis_error **e
 		nccl_hold_release(h);
 		return -ENOTSUP;
 	}
-	for (size_t i = 0; i < h->n; i++) {
-		struct nccl_shim_block *b = h->ranks[i].b;
-
-		h->ranks[i].teardown = __atomic_load_n(&b->gen, __ATOMIC_SEQ_CST) + 1;
-		__atomic_store_n(&b->teardown, h->ranks[i].teardown, __ATOMIC_SEQ_CST);
-		wake_service(b);
+	for (size_t i = 0; i < h->n; i++)
+		h->ranks[i].teardown = __atomic_load_n(&h->ranks[i].b->gen, __ATOMIC_SEQ_CST) + 1;
+	/* First every rank quiet, which can still be undone; only then does
+	 * any destroy its communicators. */
+	ask_all(h, 0);
+	r = wait_phase(h, NCCL_PHASE_QUIET, QUIET_LIMIT_MS, err);
+	if (r == 0) {
+		h->torn_down = true;
+		ask_all(h, 1);
+		r = wait_phase(h, NCCL_PHASE_DOWN, TEARDOWN_LIMIT_MS, err);
 	}
-	h->torn_down = true;
-	r = wait_down(h, err);
 	if (r == 0)
 		r = copy_next_ids(h, err);
 	if (r < 0)
 		nccl_hold_release(h);
-	return r;
+	return r < 0 ? -EIO : 0;
 }
 
 uint64_t nccl_hold_teardown_us(const struct nccl_hold *h)

@@ -39,6 +39,9 @@ enum nccl_shim_phase {
 	NCCL_PHASE_DOWN,       /* gone; made again once let go */
 	NCCL_PHASE_GOING_UP,   /* being made again */
 	NCCL_PHASE_FAILED,     /* taking apart or making failed: `error` says */
+	/* Closed to the job's threads, none inside NCCL, nothing destroyed
+	 * yet: opened again if let go, destroyed on stasis's `destroy`. */
+	NCCL_PHASE_QUIET,
 };
 
 /* Why a rank's communicators cannot be taken apart (`unsafe`, bits). */
@@ -114,12 +117,18 @@ struct nccl_shim_block {
 	uint32_t caps;	 /* NCCL_SHIM_CAP_*, the interposer's */
 	uint32_t unsafe; /* enum nccl_shim_unsafe bits, the interposer's */
 	/* Stasis's: the teardown it asks for, gen + 1 (a number, not a flag:
-	 * one left by a stasis killed in the middle asks for nothing). */
+	 * one left by a stasis killed in the middle asks for nothing). First
+	 * `teardown` (to QUIET), then, once every rank is quiet, `destroy`
+	 * (to DOWN): no rank destroys anything while a peer may still be in
+	 * NCCL, so a teardown that cannot finish changes nothing. */
 	uint32_t teardown;
+	uint32_t destroy;
 	uint32_t phase; /* enum nccl_shim_phase, the interposer's */
 	int32_t error;	/* NCCL's result where phase is FAILED */
-	uint32_t gen;	/* teardowns begun */
-	uint32_t pad;
+	uint32_t gen;	/* communicators destroyed so far (teardowns done) */
+	/* The teardown this rank could not quiet (its number; `error` says
+	 * NCCL's result): nothing was destroyed, the job goes on. */
+	uint32_t refused;
 	uint64_t down_us; /* the last teardown's and rebuild's time */
 	uint64_t up_us;
 	uint32_t nccl_version; /* ncclGetVersion's code */
