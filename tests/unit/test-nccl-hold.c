@@ -2,7 +2,9 @@
 /* The NCCL hold against blocks made here as the interposer makes them,
  * and as a hostile job might: not sealed, the wrong size, another magic;
  * and the alignment of two ranks, one behind (a thread that acts as its
- * interposer) and one that never catches up. */
+ * interposer) and one that never catches up; their communicators taken
+ * apart (threads acting as the interposers' own), undone where a rank
+ * cannot, and no unique id passed to another user's rank. */
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -139,7 +141,7 @@ static void hostile_blocks_ignored(void **state)
 /* A process holding only fd (another rank's block), until killed: ready
  * once the other block is closed in it, and gone with the test, without
  * the test's output (a runner waits for that pipe's end). */
-static pid_t holder_of(int fd, int other)
+static pid_t holder_as(int fd, int other, uid_t uid)
 {
 	int ready[2];
 	pid_t child;
@@ -155,6 +157,8 @@ static pid_t holder_of(int fd, int other)
 		dup2(null, 1);
 		dup2(null, 2);
 		close(other);
+		if (uid && setresuid(uid, uid, uid) != 0)
+			_exit(1);
 		if (write(ready[1], "r", 1) != 1)
 			_exit(1);
 		for (;;)
@@ -199,9 +203,10 @@ struct two {
 	struct nccl_hold h;
 };
 
-/* Opened by a hold once edit (if any) has set the blocks up. */
-static void two_open(struct two *t,
-		     void (*edit)(struct nccl_shim_block *, struct nccl_shim_block *))
+/* Opened by a hold once edit (if any) has set the blocks up; b's holder
+ * runs as uid (0: as the test). */
+static void two_open_as(struct two *t,
+			void (*edit)(struct nccl_shim_block *, struct nccl_shim_block *), uid_t uid)
 {
 	t->a = make_block(&t->fa, sizeof(*t->a), true, NCCL_SHIM_MAGIC);
 	t->b = make_block(&t->fb, sizeof(*t->b), true, NCCL_SHIM_MAGIC);
@@ -209,9 +214,15 @@ static void two_open(struct two *t,
 	if (edit)
 		edit(t->a, t->b);
 	t->pids[0] = getpid();
-	t->pids[1] = holder_of(t->fb, t->fa);
+	t->pids[1] = holder_as(t->fb, t->fa, uid);
 	assert_int_equal(nccl_hold_open(&t->h, t->pids, 2), 0);
 	assert_int_equal(t->h.n, 2);
+}
+
+static void two_open(struct two *t,
+		     void (*edit)(struct nccl_shim_block *, struct nccl_shim_block *))
+{
+	two_open_as(t, edit, 0);
 }
 
 static void two_close(struct two *t)
@@ -316,6 +327,136 @@ static void open_group_not_final(void **state)
 	two_close(&t);
 }
 
+/* ---- communicators taken apart ---- */
+
+/* Both ranks at 7, able to take their communicator apart: a made it from
+ * a unique id as rank 0 (it posts the next id), b takes one. */
+static void rebuildable(struct nccl_shim_block *a, struct nccl_shim_block *b)
+{
+	b->comms[0].issued = 7;
+	a->caps = b->caps = NCCL_SHIM_CAP_REBUILD;
+	a->comms[0].uid_role = NCCL_UID_POSTS;
+	b->comms[0].uid_role = NCCL_UID_TAKES;
+}
+
+/* As the interposers' threads: each rank in ranks quiets when asked, and
+ * destroys (rank 0 posting its next id first) when asked again; every
+ * rank opens again once let go. */
+struct services {
+	struct nccl_shim_block *ranks[2];
+	size_t n;
+	volatile bool stop;
+};
+
+static void *serve(void *arg)
+{
+	struct services *s = arg;
+
+	while (!s->stop) {
+		for (size_t i = 0; i < s->n; i++) {
+			struct nccl_shim_block *b = s->ranks[i];
+			uint32_t next = __atomic_load_n(&b->gen, __ATOMIC_SEQ_CST) + 1;
+			uint32_t phase = __atomic_load_n(&b->phase, __ATOMIC_SEQ_CST);
+			bool held =
+			    __atomic_load_n(&b->request, __ATOMIC_SEQ_CST) == NCCL_SHIM_HOLD;
+
+			if (phase == NCCL_PHASE_UP && held && b->teardown == next)
+				__atomic_store_n(&b->phase, NCCL_PHASE_QUIET, __ATOMIC_SEQ_CST);
+			else if (phase == NCCL_PHASE_QUIET && held && b->destroy == next) {
+				if (b->comms[0].uid_role == NCCL_UID_POSTS) {
+					memset(b->comms[0].next_uid, 'u',
+					       sizeof(b->comms[0].next_uid));
+					b->comms[0].uid_gen = next;
+				}
+				__atomic_store_n(&b->gen, next, __ATOMIC_SEQ_CST);
+				__atomic_store_n(&b->phase, NCCL_PHASE_DOWN, __ATOMIC_SEQ_CST);
+			} else if (phase != NCCL_PHASE_UP && !held)
+				__atomic_store_n(&b->phase, NCCL_PHASE_UP, __ATOMIC_SEQ_CST);
+		}
+		usleep(200);
+	}
+	return NULL;
+}
+
+/* Every rank quiet, then destroyed: rank 0's next id copied to its peer,
+ * marked for the peer's teardown; let go, they are asked for nothing. */
+static void teardown_copies_next_id(void **state)
+{
+	struct stasis_error *err = NULL;
+	/* Static: a failed assertion leaves the thread, never a dead stack. */
+	static struct services s;
+	struct two t;
+	pthread_t thread;
+
+	(void)state;
+	two_open(&t, rebuildable);
+	s = (struct services){.ranks = {t.a, t.b}, .n = 2};
+	pthread_create(&thread, NULL, serve, &s);
+	assert_int_equal(nccl_hold_align(&t.h, &err), 0);
+	assert_int_equal(nccl_hold_teardown(&t.h, true, &err), 0);
+	assert_true(t.h.torn_down);
+	assert_int_equal(t.b->comms[0].uid_gen, 1);
+	assert_memory_equal(t.b->comms[0].next_uid, t.a->comms[0].next_uid,
+			    sizeof(t.a->comms[0].next_uid));
+	nccl_hold_release(&t.h);
+	assert_int_equal(t.a->teardown, 0);
+	assert_int_equal(t.b->destroy, 0);
+	s.stop = true;
+	pthread_join(thread, NULL);
+	two_close(&t);
+}
+
+/* One rank never gets quiet (a thread of its own stays inside NCCL): the
+ * teardown is refused before any rank destroys anything, and undone. */
+static void teardown_undone_when_a_rank_stays(void **state)
+{
+	struct stasis_error *err = NULL;
+	static struct services s;
+	struct two t;
+	pthread_t thread;
+
+	(void)state;
+	two_open(&t, rebuildable);
+	s = (struct services){.ranks = {t.a}, .n = 1};
+	t.h.quiet_ms = 200;
+	pthread_create(&thread, NULL, serve, &s);
+	assert_int_equal(nccl_hold_align(&t.h, &err), 0);
+	assert_int_equal(nccl_hold_teardown(&t.h, true, &err), -EIO);
+	assert_non_null(strstr(err->message, "still had a thread inside NCCL after 200 ms"));
+	assert_non_null(strstr(err->hint, "nothing was changed"));
+	assert_int_equal(t.a->destroy, 0);
+	assert_int_equal(t.a->gen, 0);
+	assert_int_equal(t.a->request, NCCL_SHIM_RUN);
+	usleep(20000);
+	assert_int_equal(t.a->phase, NCCL_PHASE_UP);
+	stasis_error_free(err);
+	s.stop = true;
+	pthread_join(thread, NULL);
+	two_close(&t);
+}
+
+/* The peer that would take rank 0's next id runs as another user: an id is
+ * where a rank connects, so none passes; refused before anything changes
+ * where the fast transports are on, left alone where they are off. */
+static void next_id_not_passed_to_another_user(void **state)
+{
+	struct stasis_error *err = NULL;
+	struct two t;
+
+	(void)state;
+	two_open_as(&t, rebuildable, 65534);
+	assert_int_equal(nccl_hold_align(&t.h, &err), 0);
+	assert_int_equal(nccl_hold_teardown(&t.h, false, &err), 0);
+	assert_false(t.h.torn_down);
+	assert_int_equal(t.b->teardown, 0);
+	assert_int_equal(nccl_hold_teardown(&t.h, true, &err), -ENOTSUP);
+	assert_non_null(strstr(err->message, "not all in the job"));
+	assert_int_equal(t.a->teardown, 0);
+	assert_int_equal(t.a->request, NCCL_SHIM_RUN);
+	stasis_error_free(err);
+	two_close(&t);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -324,6 +465,9 @@ int main(void)
 	    cmocka_unit_test(open_group_not_final),
 	    cmocka_unit_test(behind_rank_catches_up),
 	    cmocka_unit_test(stalled_rank_refused),
+	    cmocka_unit_test(teardown_copies_next_id),
+	    cmocka_unit_test(teardown_undone_when_a_rank_stays),
+	    cmocka_unit_test(next_id_not_passed_to_another_user),
 	};
 
 	return cmocka_run_group_tests_name("nccl-hold", tests, NULL, NULL);

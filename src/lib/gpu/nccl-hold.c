@@ -208,6 +208,7 @@ int nccl_hold_open(struct nccl_hold *h, const pid_t *pids, size_t n)
 	memset(h, 0, sizeof(*h));
 	h->stall_ms = HOLD_STALL_MS;
 	h->limit_ms = HOLD_LIMIT_MS;
+	h->quiet_ms = QUIET_LIMIT_MS;
 	for (size_t i = 0; i < n; i++) {
 		struct nccl_hold_rank *grown;
 		struct nccl_shim_block *b;
@@ -735,7 +736,7 @@ int nccl_hold_teardown(struct nccl_hold *h, bool needed, struct stasis_error **e
 	/* First every rank quiet, which can still be undone; only then does
 	 * any destroy its communicators. */
 	ask_all(h, 0);
-	r = wait_phase(h, NCCL_PHASE_QUIET, QUIET_LIMIT_MS, err);
+	r = wait_phase(h, NCCL_PHASE_QUIET, h->quiet_ms, err);
 	if (r == 0) {
 		h->torn_down = true;
 		ask_all(h, 1);

@@ -25,7 +25,8 @@ struct nccl_hold {
 	 * stasis dies; not for a hold meant to outlive its command (gpu
 	 * suspend, let go by gpu resume). */
 	bool outlives_holder;
-	bool torn_down; /* the ranks took their communicators apart */
+	bool torn_down;	       /* the ranks took their communicators apart */
+	unsigned int quiet_ms; /* their threads out of NCCL within this */
 };
 
 /* What a rank's interposer says of its communicators. */
