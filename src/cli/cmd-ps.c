@@ -64,7 +64,6 @@ static bool describe(pid_t pid, const struct nvml_gpu *gpus, const struct nvml_p
 {
 	enum cuda_process_state state;
 	bool cuda = cuda_available() && cuda_get_state(pid, &state) == CUDA_RES_SUCCESS;
-	const struct nccl_setting *missing;
 	unsigned int fds;
 	bool on_gpu = false;
 
@@ -91,16 +90,12 @@ static bool describe(pid_t pid, const struct nvml_gpu *gpus, const struct nvml_p
 		e->gpu_bytes += np[i].used_bytes;
 	}
 	container_of(pid, e->container, sizeof(e->container));
-	missing = cuda ? nccl_rank_missing(pid) : NULL;
 	if (!cuda && fds)
 		snprintf(e->blockers, sizeof(e->blockers),
 			 "/dev/nvidia* held without a CUDA context (%u fds)", fds);
-	else if (missing)
-		snprintf(e->blockers, sizeof(e->blockers),
-			 "an NCCL rank started without %s=%s (start it with stasis run)",
-			 missing->name, missing->value);
 	/* A container's runtime makes its namespaces. */
-	else if (strcmp(e->container, "-") == 0)
+	else if (!(cuda && nccl_rank_blocker(pid, e->blockers, sizeof(e->blockers))) &&
+		 strcmp(e->container, "-") == 0)
 		namespaces_blocker(pid, cuda, e->blockers, sizeof(e->blockers));
 	return true;
 }

@@ -121,6 +121,27 @@ const struct nccl_setting *nccl_rank_missing(pid_t pid)
 	return env_missing(pid, taken_apart(pid, &unsafe));
 }
 
+bool nccl_rank_blocker(pid_t pid, char *buf, size_t size)
+{
+	const struct nccl_setting *s;
+	uint32_t unsafe = 0;
+
+	if (!nccl_is_rank(pid))
+		return false;
+	s = env_missing(pid, taken_apart(pid, &unsafe));
+	if (!s)
+		return false;
+	if (unsafe && s->taken_apart)
+		snprintf(buf, size,
+			 "an NCCL rank whose communicators cannot be taken apart (%s), started "
+			 "without %s=%s",
+			 nccl_unsafe_reason(unsafe), s->name, s->value);
+	else
+		snprintf(buf, size, "an NCCL rank started without %s=%s (start it with stasis run)",
+			 s->name, s->value);
+	return true;
+}
+
 bool nccl_fast_transports(const pid_t *pids, size_t n)
 {
 	for (size_t i = 0; i < n; i++)

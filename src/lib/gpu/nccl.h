@@ -33,6 +33,10 @@ bool nccl_is_rank(pid_t pid);
  * when it has them all or is no rank. */
 const struct nccl_setting *nccl_rank_missing(pid_t pid);
 
+/* What keeps pid, an NCCL rank, from a checkpoint, in a few words for
+ * `stasis ps` (false: nothing does, or it is no rank). */
+bool nccl_rank_blocker(pid_t pid, char *buf, size_t size);
+
 /* Refuse pid if it is an NCCL rank started without a required setting,
  * naming the setting and `stasis run`. */
 int nccl_rank_check(pid_t pid, const char *comm, struct stasis_error **err);
