@@ -382,7 +382,7 @@ static int checkpoint_dump(struct target *t, struct manifest *m, struct gpu_batc
 	/* The job's NCCL calls wait until its communicators are made again:
 	 * part of the pause it sees. */
 	if (r == 0 && leave_running)
-		r = gpu_nccl_rebuilt(m, err);
+		gpu_nccl_rebuilt(m, pause_start);
 	if (r == 0 && leave_running)
 		manifest_add_phase(m, "pause", now_usec() - pause_start);
 	if (r == 0 && (stager || (seal_after && !held))) {

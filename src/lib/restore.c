@@ -356,7 +356,7 @@ static int restore_verified(const struct stasis_restore_options *o, struct manif
 		criu_stats_read_restore(t.work, &m->criu_restore, NULL);
 	/* The tree runs: its NCCL ranks make their communicators again. */
 	if (r == 0)
-		r = gpu_nccl_rebuilt(m, err);
+		gpu_nccl_rebuilt(m, start);
 	restore_work_end(t.work, r, err);
 	return r;
 }

@@ -157,7 +157,8 @@ static nccl_result read_devices(const int *order, int n)
 }
 
 /* The rank 0 of each communicator made from an id asks for the id of its
- * next life, for stasis to copy to the peers. */
+ * next life, for stasis to copy to the peers; once for each teardown (a
+ * teardown undone and asked again keeps the id, whose listener waits). */
 static nccl_result post_next_ids(const int *order, int n, uint32_t gen)
 {
 	REAL(ncclGetUniqueId, nccl_result(*)(nccl_unique_id *));
@@ -167,7 +168,8 @@ static nccl_result post_next_ids(const int *order, int n, uint32_t gen)
 		nccl_unique_id id;
 		nccl_result r;
 
-		if (c->split || c->slot < 0 || c->rank != 0)
+		if (c->split || c->slot < 0 || c->rank != 0 ||
+		    __atomic_load_n(&shim_block->comms[c->slot].uid_gen, __ATOMIC_SEQ_CST) == gen)
 			continue;
 		r = fn_ncclGetUniqueId(&id);
 		if (r != NCCL_SUCCESS)
@@ -242,21 +244,22 @@ static nccl_result drain_all(const int *order, int n)
 	return NCCL_SUCCESS;
 }
 
+/* Open again, nothing destroyed (the error of a refusal kept). */
 static void reopen(void)
 {
 	__atomic_store_n(&shim_gate, GATE_OPEN, __ATOMIC_SEQ_CST);
-	set_phase(NCCL_PHASE_UP, NCCL_SUCCESS);
+	__atomic_store_n(&shim_block->phase, NCCL_PHASE_UP, __ATOMIC_SEQ_CST);
 }
 
 /* The first half, which changes nothing that cannot be opened again: the
  * job's threads kept out of NCCL, what NCCL still launches done, the
- * devices read. */
+ * devices read, each rank 0's next id posted. */
 static void quiesce(void)
 {
 	int order[LOG_MAX], n;
 	nccl_result r;
 
-	set_phase(NCCL_PHASE_GOING_DOWN, NCCL_SUCCESS);
+	__atomic_store_n(&shim_block->phase, NCCL_PHASE_GOING_DOWN, __ATOMIC_SEQ_CST);
 	__atomic_store_n(&shim_gate, GATE_CLOSED, __ATOMIC_SEQ_CST);
 	if (!job_out_of_nccl()) {
 		reopen();
@@ -267,6 +270,8 @@ static void quiesce(void)
 	r = drain_all(order, n);
 	if (r == NCCL_SUCCESS)
 		r = read_devices(order, n);
+	if (r == NCCL_SUCCESS)
+		r = post_next_ids(order, n, next_gen());
 	pthread_mutex_unlock(&shim_comms_lock);
 	if (r != NCCL_SUCCESS) {
 		/* Nothing was destroyed: the job goes on; stasis is told. */
@@ -278,8 +283,8 @@ static void quiesce(void)
 	set_phase(NCCL_PHASE_QUIET, NCCL_SUCCESS);
 }
 
-/* The second half, once every rank is quiet: each rank 0 asks for its
- * communicators' next ids, and they are destroyed. */
+/* The second half, once every rank is quiet and has its next ids: the
+ * communicators are destroyed. */
 static void take_apart(void)
 {
 	int order[LOG_MAX], n;
@@ -289,9 +294,7 @@ static void take_apart(void)
 
 	pthread_mutex_lock(&shim_comms_lock);
 	n = creation_order(order);
-	r = post_next_ids(order, n, gen);
-	if (r == NCCL_SUCCESS)
-		r = destroy_all(order, n);
+	r = destroy_all(order, n);
 	pthread_mutex_unlock(&shim_comms_lock);
 	__atomic_store_n(&shim_block->gen, gen, __ATOMIC_SEQ_CST);
 	__atomic_store_n(&shim_block->down_us, now_us() - start, __ATOMIC_SEQ_CST);
@@ -418,6 +421,7 @@ static void make_again(void)
 		shim_creations[order[k]].made = NULL;
 	pthread_mutex_unlock(&shim_comms_lock);
 	__atomic_store_n(&shim_block->up_us, now_us() - start, __ATOMIC_SEQ_CST);
+	__atomic_store_n(&shim_block->up_at_us, now_us(), __ATOMIC_SEQ_CST);
 	if (r != NCCL_SUCCESS) {
 		__atomic_store_n(&shim_gate, GATE_FAILED, __ATOMIC_SEQ_CST);
 		set_phase(NCCL_PHASE_FAILED, r);

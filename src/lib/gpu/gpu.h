@@ -110,7 +110,10 @@ void gpu_record(const struct gpu_batch *batch, struct manifest *m);
 
 /* Once the tree runs again (--leave-running, a restore): waits until the
  * NCCL ranks among m's CUDA processes made again the communicators they
- * took apart, recording the slowest rank's time as nccl_rebuild. */
-int gpu_nccl_rebuilt(struct manifest *m, struct stasis_error **err);
+ * took apart, recording the slowest rank's time as nccl_rebuild (of the
+ * rebuilds that ended since `since`, now_usec's clock). A rank
+ * that failed, or took over a minute, is said in a note: the image is
+ * whole and the tree runs either way. */
+void gpu_nccl_rebuilt(struct manifest *m, uint64_t since);
 
 #endif

@@ -360,11 +360,11 @@ static void set_request(const struct nccl_hold *h, uint32_t request)
 			__atomic_store_n(&b->holder_pid, told ? (uint32_t)getpid() : 0,
 					 __ATOMIC_SEQ_CST);
 		}
-		/* Let go: the communicators taken apart are made again. */
-		if (request != NCCL_SHIM_HOLD) {
-			__atomic_store_n(&b->destroy, 0, __ATOMIC_SEQ_CST);
-			__atomic_store_n(&b->teardown, 0, __ATOMIC_SEQ_CST);
-		}
+		/* Let go: the communicators taken apart are made again. Held:
+		 * no teardown is asked yet (a stasis killed in the middle of
+		 * one may have left its number), only once the ranks align. */
+		__atomic_store_n(&b->destroy, 0, __ATOMIC_SEQ_CST);
+		__atomic_store_n(&b->teardown, 0, __ATOMIC_SEQ_CST);
 		__atomic_store_n(&b->request, request, __ATOMIC_SEQ_CST);
 		if (request != NCCL_SHIM_HOLD)
 			__atomic_store_n(&b->holder_pid, 0, __ATOMIC_SEQ_CST);
@@ -714,6 +714,24 @@ static void ask_all(const struct nccl_hold *h, size_t word)
 	}
 }
 
+/* Something changed while the ranks got quiet (a buffer registered, a
+ * communicator destroyed on one rank): they open again, nothing
+ * destroyed; refused where the teardown is needed, else held as they are. */
+static int undo_teardown(struct nccl_hold *h, bool needed, const char *why,
+			 struct stasis_error **err)
+{
+	for (size_t i = 0; i < h->n; i++) {
+		__atomic_store_n(&h->ranks[i].b->teardown, 0, __ATOMIC_SEQ_CST);
+		wake_service(h->ranks[i].b);
+	}
+	if (!needed)
+		return 0;
+	stasis_error_set(err, ENOTSUP, STASIS_DOMAIN_CUDA, 0, "%s", why);
+	stasis_error_hint(err, "nothing was changed and the job runs on");
+	nccl_hold_release(h);
+	return -ENOTSUP;
+}
+
 int nccl_hold_teardown(struct nccl_hold *h, bool needed, struct stasis_error **err)
 {
 	char why[256];
@@ -731,19 +749,25 @@ int nccl_hold_teardown(struct nccl_hold *h, bool needed, struct stasis_error **e
 		nccl_hold_release(h);
 		return -ENOTSUP;
 	}
-	for (size_t i = 0; i < h->n; i++)
+	for (size_t i = 0; i < h->n; i++) {
 		h->ranks[i].teardown = __atomic_load_n(&h->ranks[i].b->gen, __ATOMIC_SEQ_CST) + 1;
-	/* First every rank quiet, which can still be undone; only then does
-	 * any destroy its communicators. */
+		/* A refusal of an earlier try of the same teardown is no answer. */
+		__atomic_store_n(&h->ranks[i].b->refused, 0, __ATOMIC_SEQ_CST);
+	}
+	/* First every rank quiet, which can still be undone, rank 0's next
+	 * ids posted and copied: after the destroy every rank can make its
+	 * communicators again by itself, stasis gone or not. */
 	ask_all(h, 0);
 	r = wait_phase(h, NCCL_PHASE_QUIET, h->quiet_ms, err);
+	if (r == 0 && !teardown_possible(h, why, sizeof(why)))
+		return undo_teardown(h, needed, why, err);
+	if (r == 0)
+		r = copy_next_ids(h, err);
 	if (r == 0) {
 		h->torn_down = true;
 		ask_all(h, 1);
 		r = wait_phase(h, NCCL_PHASE_DOWN, TEARDOWN_LIMIT_MS, err);
 	}
-	if (r == 0)
-		r = copy_next_ids(h, err);
 	if (r < 0)
 		nccl_hold_release(h);
 	return r < 0 ? -EIO : 0;
@@ -807,7 +831,8 @@ static int ranks_up(const struct nccl_hold *h, bool *up, struct stasis_error **e
 	return 0;
 }
 
-int nccl_wait_rebuilt(const pid_t *pids, size_t n, uint64_t *us, struct stasis_error **err)
+int nccl_wait_rebuilt(const pid_t *pids, size_t n, uint64_t since, uint64_t *us,
+		      struct stasis_error **err)
 {
 	struct nccl_hold h;
 	uint64_t start = now_usec();
@@ -819,6 +844,12 @@ int nccl_wait_rebuilt(const pid_t *pids, size_t n, uint64_t *us, struct stasis_e
 		nccl_hold_close(&h);
 		return stasis_error_errno(err, -r, "out of memory");
 	}
+	/* Only ranks taken apart now count for the time. */
+	bool *was_down = calloc(h.n ? h.n : 1, sizeof(*was_down));
+
+	for (size_t i = 0; was_down && i < h.n; i++)
+		was_down[i] =
+		    __atomic_load_n(&h.ranks[i].b->phase, __ATOMIC_SEQ_CST) != NCCL_PHASE_UP;
 	for (;;) {
 		r = ranks_up(&h, &up, err);
 		if (r < 0 || up)
@@ -833,15 +864,14 @@ int nccl_wait_rebuilt(const pid_t *pids, size_t n, uint64_t *us, struct stasis_e
 		}
 		usleep(HOLD_POLL_US);
 	}
+	/* Only rebuilds that ended since the operation began count. */
 	for (size_t i = 0; r == 0 && i < h.n; i++) {
-		uint64_t took = __atomic_load_n(&h.ranks[i].b->up_us, __ATOMIC_SEQ_CST);
+		struct nccl_shim_block *b = h.ranks[i].b;
+		uint64_t took = __atomic_load_n(&b->up_us, __ATOMIC_SEQ_CST);
 
-		if (took > *us)
+		if (__atomic_load_n(&b->up_at_us, __ATOMIC_SEQ_CST) >= since && took > *us)
 			*us = took;
 	}
-	if (r == 0 && h.n == 0)
-		*us = 0;
 	nccl_hold_close(&h);
-	(void)start;
 	return r;
 }

@@ -73,10 +73,11 @@ void nccl_hold_release(struct nccl_hold *h);
 void nccl_hold_close(struct nccl_hold *h);
 
 /* Waits until the ranks among pids made their communicators again (after
- * a teardown, once the tree runs); *us: the slowest rank's rebuild, 0
- * where none was taken apart. Fails where one failed, or did not in a
- * minute. */
-int nccl_wait_rebuilt(const pid_t *pids, size_t n, uint64_t *us, struct stasis_error **err);
+ * a teardown, once the tree runs); *us: the slowest rebuild that ended
+ * since `since` (now_usec's clock, CLOCK_MONOTONIC, as the interposer's),
+ * 0 where none did. Fails where one failed, or did not in a minute. */
+int nccl_wait_rebuilt(const pid_t *pids, size_t n, uint64_t since, uint64_t *us,
+		      struct stasis_error **err);
 
 /* Lets go the held ranks among pids: a restored rank was saved waiting. */
 void nccl_release_pids(const pid_t *pids, size_t n);

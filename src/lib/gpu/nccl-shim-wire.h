@@ -131,6 +131,7 @@ struct nccl_shim_block {
 	uint32_t refused;
 	uint64_t down_us; /* the last teardown's and rebuild's time */
 	uint64_t up_us;
+	uint64_t up_at_us;     /* when the last rebuild ended (CLOCK_MONOTONIC) */
 	uint32_t nccl_version; /* ncclGetVersion's code */
 	uint32_t failed_in;    /* the phase that failed: GOING_DOWN or GOING_UP */
 	struct nccl_shim_comm comms[NCCL_SHIM_COMMS];
