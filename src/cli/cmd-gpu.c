@@ -11,6 +11,7 @@
 #include "cli.h"
 #include "gpu.h"
 #include "mappings.h"
+#include "nccl-hold.h"
 #include "nccl.h"
 #include "peer-limit.h"
 #include "proc.h"
@@ -42,7 +43,8 @@ static int preflight(struct gpu_batch *batch, bool suspend, struct stasis_error 
 				    p->pid, proc_comm(p->pid, comm, sizeof(comm)), err) < 0 ||
 				nccl_rank_check(p->pid, comm, err) < 0))
 			return -1;
-		if (!suspend && state != CUDA_PROCESS_CHECKPOINTED) {
+		if (!suspend && state != CUDA_PROCESS_CHECKPOINTED &&
+		    !(state == CUDA_PROCESS_RUNNING && nccl_rank_held(p->pid))) {
 			stasis_error_set(err, EBUSY, STASIS_DOMAIN_CUDA, 0,
 					 "PID %d is %s, not checkpointed", (int)p->pid,
 					 cuda_state_name(state));
@@ -139,7 +141,10 @@ int cmd_gpu(int argc, char **argv)
 	if (r == 0)
 		r = preflight(&batch, suspend, &err);
 	start = now_usec();
-	if (r == 0)
+	/* Running but held by the interposer: let go, nothing to restore. */
+	if (r == 0 && !suspend && gpu_let_go_held(&batch) && !json)
+		printf("NCCL ranks held by a gpu suspend that did not finish: let go\n");
+	if (r == 0 && batch.n)
 		r = suspend ? gpu_suspend(&batch, &err) : gpu_resume(&batch, &err);
 	if (r < 0) {
 		gpu_batch_free(&batch);

@@ -537,6 +537,24 @@ int gpu_suspend(struct gpu_batch *batch, struct stasis_error **err)
 	return r;
 }
 
+size_t gpu_let_go_held(struct gpu_batch *batch)
+{
+	size_t kept = 0, let_go = 0;
+
+	for (size_t i = 0; i < batch->n; i++) {
+		struct gpu_process *p = &batch->procs[i];
+
+		if (p->state == CUDA_PROCESS_RUNNING && nccl_rank_held(p->pid)) {
+			nccl_release_pids(&p->pid, 1);
+			let_go++;
+			continue;
+		}
+		batch->procs[kept++] = *p;
+	}
+	batch->n = kept;
+	return let_go;
+}
+
 int gpu_resume(struct gpu_batch *batch, struct stasis_error **err)
 {
 	int r = gpu_restore_all(batch, err);

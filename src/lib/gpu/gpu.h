@@ -88,6 +88,11 @@ int gpu_suspend(struct gpu_batch *batch, struct stasis_error **err);
 /* restore all (with the batch's GPU pairs), then unlock all, in parallel. */
 int gpu_resume(struct gpu_batch *batch, struct stasis_error **err);
 
+/* The running processes of batch that stasis's NCCL interposer still
+ * holds (a gpu suspend killed before its lock, whose hold outlives it):
+ * let go, taken out of batch; how many. */
+size_t gpu_let_go_held(struct gpu_batch *batch);
+
 /* The timeout of try round (from 1) of batch's lock: the whole
  * lock_timeout_ms for the last (or only) try, 2 s doubled each try before
  * it where that is shorter (three tries of NCCL ranks at the default 10 s:

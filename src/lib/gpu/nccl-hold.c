@@ -794,6 +794,19 @@ void nccl_hold_close(struct nccl_hold *h)
 	memset(h, 0, sizeof(*h));
 }
 
+bool nccl_rank_held(pid_t pid)
+{
+	struct stat st;
+	struct nccl_shim_block *b = find_block(pid, &st, NULL);
+	bool held;
+
+	if (!b)
+		return false;
+	held = __atomic_load_n(&b->request, __ATOMIC_SEQ_CST) == NCCL_SHIM_HOLD;
+	munmap(b, sizeof(*b));
+	return held;
+}
+
 void nccl_release_pids(const pid_t *pids, size_t n)
 {
 	struct nccl_hold h;

@@ -79,6 +79,9 @@ void nccl_hold_close(struct nccl_hold *h);
 int nccl_wait_rebuilt(const pid_t *pids, size_t n, uint64_t since, uint64_t *us,
 		      struct stasis_error **err);
 
+/* Whether pid's interposer holds it (its block asks it to wait). */
+bool nccl_rank_held(pid_t pid);
+
 /* Lets go the held ranks among pids: a restored rank was saved waiting. */
 void nccl_release_pids(const pid_t *pids, size_t n);
 
