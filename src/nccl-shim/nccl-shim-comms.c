@@ -9,7 +9,8 @@
  * those mappings with it; made again from the same parameters, in the
  * order the job made them, it works as before, and the job never sees a
  * handle change: the handle it holds is a slot of this library's, and
- * every NCCL call that takes a communicator goes through here.
+ * every NCCL call that takes a communicator goes through here (making and
+ * ending them) or nccl-shim-calls.c (the rest).
  *
  * Who does it: a thread of the interposer's ("stasis-nccl"), started with
  * the first communicator, on stasis's word (the block's `teardown`), once
@@ -118,7 +119,7 @@ static nccl_result through_gate(void)
 
 /* Into NCCL with handle: *real is NCCL's communicator behind it, *slot
  * its slot (-1: not one of the interposer's, passed on as it is). */
-static nccl_result enter(nccl_comm handle, nccl_comm *real, int *slot)
+nccl_result shim_enter(nccl_comm handle, nccl_comm *real, int *slot)
 {
 	*slot = shim_slot_of(handle);
 	*real = handle;
@@ -130,7 +131,7 @@ static nccl_result enter(nccl_comm handle, nccl_comm *real, int *slot)
 	return NCCL_SUCCESS;
 }
 
-static void leave(int slot)
+void shim_leave(int slot)
 {
 	if (slot >= 0)
 		shim_inside_drop();
@@ -151,7 +152,7 @@ static void leave_making(void)
 
 /* ---- what cannot be taken apart ---- */
 
-static void update_unsafe(void)
+void shim_update_unsafe(void)
 {
 	uint32_t bits = made_unsafe;
 
@@ -172,11 +173,17 @@ static void update_unsafe(void)
 	__atomic_store_n(&shim_block->unsafe, bits, __ATOMIC_SEQ_CST);
 }
 
+void shim_add_unsafe(uint32_t bit)
+{
+	made_unsafe |= bit;
+	shim_update_unsafe();
+}
+
 void shim_mark_unsafe(uint32_t bit)
 {
 	pthread_mutex_lock(&shim_comms_lock);
 	made_unsafe |= bit;
-	update_unsafe();
+	shim_update_unsafe();
 	pthread_mutex_unlock(&shim_comms_lock);
 }
 
@@ -407,7 +414,7 @@ static void drop_comm(int slot)
 	h->registered = h->windows = h->device_comms = 0;
 	memset(h->ops, 0, sizeof(h->ops));
 	prune_log();
-	update_unsafe();
+	shim_update_unsafe();
 	pthread_mutex_unlock(&shim_comms_lock);
 }
 
@@ -424,7 +431,7 @@ static nccl_comm made_from_id(nccl_comm comm, const nccl_unique_id *id, int nran
 		shim_creation_seq[entry] = next_seq++;
 	comm = add_comm(comm, id_of(id, nranks), rank, nranks, entry,
 			rank == 0 ? NCCL_UID_POSTS : NCCL_UID_TAKES);
-	update_unsafe();
+	shim_update_unsafe();
 	pthread_mutex_unlock(&shim_comms_lock);
 	return comm;
 }
@@ -492,7 +499,7 @@ EXPORT nccl_result ncclCommSplit(nccl_comm comm, int color, int key, nccl_comm *
 	int parent, entry = -1, rank = 0, nranks = 0;
 
 	REAL(ncclCommSplit, nccl_result(*)(nccl_comm, int, int, nccl_comm *, void *));
-	if (enter(comm, &real, &parent) != NCCL_SUCCESS)
+	if (shim_enter(comm, &real, &parent) != NCCL_SUCCESS)
 		return NCCL_INTERNAL_ERROR;
 	r = fn_ncclCommSplit(real, color, key, newcomm, config);
 	if ((r == NCCL_SUCCESS || r == NCCL_IN_PROGRESS) && parent >= 0) {
@@ -507,7 +514,7 @@ EXPORT nccl_result ncclCommSplit(nccl_comm comm, int color, int key, nccl_comm *
 			if (entry >= 0)
 				shim_creation_seq[entry] = next_seq++;
 		}
-		update_unsafe();
+		shim_update_unsafe();
 		pthread_mutex_unlock(&shim_comms_lock);
 	}
 	/* A split still in progress (a non-blocking parent, or one inside a
@@ -527,11 +534,11 @@ EXPORT nccl_result ncclCommSplit(nccl_comm comm, int color, int key, nccl_comm *
 				shim_creations[entry].nranks = nranks;
 			}
 			*newcomm = add_comm(*newcomm, id, rank, nranks, entry, NCCL_UID_NONE);
-			update_unsafe();
+			shim_update_unsafe();
 			pthread_mutex_unlock(&shim_comms_lock);
 		}
 	}
-	leave(parent);
+	shim_leave(parent);
 	return r;
 }
 
@@ -553,7 +560,7 @@ EXPORT nccl_result ncclCommInitAll(nccl_comm *comms, int ndev, const int *devlis
 			     i, ndev, -1, NCCL_UID_NONE);
 	if (r == NCCL_SUCCESS)
 		made_unsafe |= NCCL_UNSAFE_MADE;
-	update_unsafe();
+	shim_update_unsafe();
 	pthread_mutex_unlock(&shim_comms_lock);
 	leave_making();
 	return r;
@@ -569,10 +576,10 @@ EXPORT nccl_result ncclCommShrink(nccl_comm comm, int *exclude, int nexclude, nc
 	int slot;
 
 	REAL(ncclCommShrink, nccl_result(*)(nccl_comm, int *, int, nccl_comm *, void *, int));
-	if (enter(comm, &real, &slot) != NCCL_SUCCESS)
+	if (shim_enter(comm, &real, &slot) != NCCL_SUCCESS)
 		return NCCL_INTERNAL_ERROR;
 	r = fn_ncclCommShrink(real, exclude, nexclude, newcomm, config, flags);
-	leave(slot);
+	shim_leave(slot);
 	shim_mark_unsafe(NCCL_UNSAFE_MADE);
 	return r;
 }
@@ -586,10 +593,10 @@ EXPORT nccl_result ncclCommGrow(nccl_comm comm, int nranks, const nccl_unique_id
 
 	REAL(ncclCommGrow,
 	     nccl_result(*)(nccl_comm, int, const nccl_unique_id *, int, nccl_comm *, void *));
-	if (enter(comm, &real, &slot) != NCCL_SUCCESS)
+	if (shim_enter(comm, &real, &slot) != NCCL_SUCCESS)
 		return NCCL_INTERNAL_ERROR;
 	r = fn_ncclCommGrow(real, nranks, id, rank, newcomm, config);
-	leave(slot);
+	shim_leave(slot);
 	shim_mark_unsafe(NCCL_UNSAFE_MADE);
 	return r;
 }
@@ -604,312 +611,22 @@ EXPORT nccl_result ncclCommGrow(nccl_comm comm, int nranks, const nccl_unique_id
 		int slot;                                                                          \
                                                                                                    \
 		REAL(name, nccl_result (*)(nccl_comm));                                            \
-		if (enter(comm, &real, &slot) != NCCL_SUCCESS)                                     \
+		if (shim_enter(comm, &real, &slot) != NCCL_SUCCESS)                                \
 			return NCCL_INTERNAL_ERROR;                                                \
 		r = fn_##name(real);                                                               \
 		if (slot >= 0)                                                                     \
 			drop_comm(slot);                                                           \
-		leave(slot);                                                                       \
+		shim_leave(slot);                                                                  \
 		return r;                                                                          \
 	}
 
 ENDING(ncclCommDestroy)
 ENDING(ncclCommAbort)
 
-/* ---- calls passed on with NCCL's communicator ---- */
-
-#define THROUGH(name, params, args, type)                                                          \
-	EXPORT nccl_result name params                                                             \
-	{                                                                                          \
-		nccl_comm real;                                                                    \
-		nccl_result r;                                                                     \
-		int slot;                                                                          \
-                                                                                                   \
-		REAL(name, type);                                                                  \
-		if (enter(comm, &real, &slot) != NCCL_SUCCESS)                                     \
-			return NCCL_INTERNAL_ERROR;                                                \
-		r = fn_##name args;                                                                \
-		leave(slot);                                                                       \
-		return r;                                                                          \
-	}
-
-THROUGH(ncclCommFinalize, (nccl_comm comm), (real), nccl_result (*)(nccl_comm))
-THROUGH(ncclCommRevoke, (nccl_comm comm, int flags), (real, flags), nccl_result (*)(nccl_comm, int))
-THROUGH(ncclCommGetUniqueId, (nccl_comm comm, nccl_unique_id *id), (real, id),
-	nccl_result (*)(nccl_comm, nccl_unique_id *))
-THROUGH(ncclCommSuspend, (nccl_comm comm, int flags), (real, flags),
-	nccl_result (*)(nccl_comm, int))
-THROUGH(ncclCommResume, (nccl_comm comm), (real), nccl_result (*)(nccl_comm))
-THROUGH(ncclCommMemStats, (nccl_comm comm, int stat, uint64_t *value), (real, stat, value),
-	nccl_result (*)(nccl_comm, int, uint64_t *))
-THROUGH(ncclWinGetUserPtr, (nccl_comm comm, void *win, void **ptr), (real, win, ptr),
-	nccl_result (*)(nccl_comm, void *, void **))
-THROUGH(ncclGinBarrierCreateRequirement,
-	(nccl_comm comm, void *team, int n, void *handle, void *req), (real, team, n, handle, req),
-	nccl_result (*)(nccl_comm, void *, int, void *, void *))
-
-/* ---- questions answered while the communicators are taken apart ----
- * PyTorch's watchdog asks for a communicator's errors all the time: it
- * must neither wait for a checkpoint nor see an error then. */
-
-/* Into NCCL with handle where the communicators are the job's (as
- * enter); where they are taken apart, or being, false at once, with the
- * answer kept to give. */
-static bool enter_or_keep(nccl_comm comm, nccl_comm *real, int *slot)
-{
-	*slot = shim_slot_of(comm);
-	*real = comm;
-	if (*slot < 0)
-		return true;
-	shim_inside_add();
-	if (!shim_gate_open() && !shim_servicing) {
-		shim_inside_drop();
-		return false;
-	}
-	*real = shim_real_comm(*slot);
-	return true;
-}
-
-EXPORT nccl_result ncclCommGetAsyncError(nccl_comm comm, nccl_result *error)
-{
-	nccl_comm real;
-	nccl_result r;
-	int slot;
-
-	REAL(ncclCommGetAsyncError, nccl_result(*)(nccl_comm, nccl_result *));
-	if (!enter_or_keep(comm, &real, &slot)) {
-		*error = shim_gate_failed() ? NCCL_INTERNAL_ERROR : NCCL_SUCCESS;
-		return NCCL_SUCCESS;
-	}
-	r = fn_ncclCommGetAsyncError(real, error);
-	leave(slot);
-	return r;
-}
-
-/* The size, rank and device a communicator had, until it is back. */
-#define KEPT_INT(name, field)                                                                      \
-	EXPORT nccl_result name(nccl_comm comm, int *value)                                        \
-	{                                                                                          \
-		nccl_comm real;                                                                    \
-		nccl_result r;                                                                     \
-		int slot;                                                                          \
-                                                                                                   \
-		REAL(name, nccl_result (*)(nccl_comm, int *));                                     \
-		if (!enter_or_keep(comm, &real, &slot)) {                                          \
-			if (shim_handles[slot].field >= 0) {                                       \
-				*value = shim_handles[slot].field;                                 \
-				return NCCL_SUCCESS;                                               \
-			}                                                                          \
-			if (enter(comm, &real, &slot) != NCCL_SUCCESS) /* not known yet */         \
-				return NCCL_INTERNAL_ERROR;                                        \
-		}                                                                                  \
-		r = fn_##name(real, value);                                                        \
-		leave(slot);                                                                       \
-		return r;                                                                          \
-	}
-
-KEPT_INT(ncclCommCount, nranks)
-KEPT_INT(ncclCommUserRank, rank)
-KEPT_INT(ncclCommCuDevice, device)
-
-EXPORT const char *ncclGetLastError(nccl_comm comm)
-{
-	static const char *(*fn)(nccl_comm);
-	nccl_comm real;
-	const char *s;
-	int slot;
-
-	if (!fn)
-		fn = (const char *(*)(nccl_comm))shim_real("ncclGetLastError");
-	if (!fn)
-		return "";
-	if (!enter_or_keep(comm, &real, &slot))
-		return shim_gate_failed() ? "the communicator could not be made again after a "
-					    "checkpoint"
-					  : "";
-	s = fn(real);
-	leave(slot);
-	return s;
-}
-
-/* ---- NCCL's device API, on the host: passed on ---- */
-
-struct nccl_team {
-	int nranks, rank, stride;
-};
-
-#define TEAM(name)                                                                                 \
-	EXPORT struct nccl_team name(nccl_comm comm)                                               \
-	{                                                                                          \
-		static struct nccl_team (*fn)(nccl_comm);                                          \
-		struct nccl_team t = {0, 0, 0};                                                    \
-		nccl_comm real;                                                                    \
-		int slot;                                                                          \
-                                                                                                   \
-		if (!fn)                                                                           \
-			fn = (struct nccl_team(*)(nccl_comm))shim_real(#name);                     \
-		if (!fn || enter(comm, &real, &slot) != NCCL_SUCCESS)                              \
-			return t;                                                                  \
-		t = fn(real);                                                                      \
-		leave(slot);                                                                       \
-		return t;                                                                          \
-	}
-
-TEAM(ncclTeamWorld)
-TEAM(ncclTeamLsa)
-TEAM(ncclTeamRail)
-
-#define TEAM_RANK(name)                                                                            \
-	EXPORT int name(nccl_comm comm, struct nccl_team team, int rank)                           \
-	{                                                                                          \
-		static int (*fn)(nccl_comm, struct nccl_team, int);                                \
-		nccl_comm real;                                                                    \
-		int slot, r;                                                                       \
-                                                                                                   \
-		if (!fn)                                                                           \
-			fn = (int (*)(nccl_comm, struct nccl_team, int))shim_real(#name);          \
-		if (!fn || enter(comm, &real, &slot) != NCCL_SUCCESS)                              \
-			return -1;                                                                 \
-		r = fn(real, team, rank);                                                          \
-		leave(slot);                                                                       \
-		return r;                                                                          \
-	}
-
-TEAM_RANK(ncclTeamRankToWorld)
-TEAM_RANK(ncclTeamRankToLsa)
-
-THROUGH(ncclCommQueryProperties, (nccl_comm comm, void *props), (real, props),
-	nccl_result (*)(nccl_comm, void *))
-
-/* ---- what a communicator holds: counted, refused while it lives ---- */
-
-#define HELD(name, params, args, type, field, delta)                                               \
-	EXPORT nccl_result name params                                                             \
-	{                                                                                          \
-		nccl_comm real;                                                                    \
-		nccl_result r;                                                                     \
-		int slot;                                                                          \
-                                                                                                   \
-		REAL(name, type);                                                                  \
-		if (enter(comm, &real, &slot) != NCCL_SUCCESS)                                     \
-			return NCCL_INTERNAL_ERROR;                                                \
-		r = fn_##name args;                                                                \
-		if (r == NCCL_SUCCESS && slot >= 0) {                                              \
-			pthread_mutex_lock(&shim_comms_lock);                                      \
-			if (delta > 0 || shim_handles[slot].field > 0)                             \
-				shim_handles[slot].field += (unsigned int)(delta);                 \
-			update_unsafe();                                                           \
-			pthread_mutex_unlock(&shim_comms_lock);                                    \
-		}                                                                                  \
-		leave(slot);                                                                       \
-		return r;                                                                          \
-	}
-
-HELD(ncclCommRegister, (nccl_comm comm, void *buf, size_t size, void **handle),
-     (real, buf, size, handle), nccl_result (*)(nccl_comm, void *, size_t, void **), registered, 1)
-HELD(ncclCommDeregister, (nccl_comm comm, void *handle), (real, handle),
-     nccl_result (*)(nccl_comm, void *), registered, -1)
-HELD(ncclCommWindowRegister, (nccl_comm comm, void *buf, size_t size, void **win, int flags),
-     (real, buf, size, win, flags), nccl_result (*)(nccl_comm, void *, size_t, void **, int),
-     windows, 1)
-HELD(ncclCommWindowDeregister, (nccl_comm comm, void *win), (real, win),
-     nccl_result (*)(nccl_comm, void *), windows, -1)
-HELD(ncclDevCommCreate, (nccl_comm comm, const void *reqs, void *dev), (real, reqs, dev),
-     nccl_result (*)(nccl_comm, const void *, void *), device_comms, 1)
-HELD(ncclDevCommDestroy, (nccl_comm comm, const void *dev), (real, dev),
-     nccl_result (*)(nccl_comm, const void *), device_comms, -1)
-
-/* ---- reduction operators, made again with their communicator ---- */
-
-static size_t datatype_size(int t)
-{
-	/* ncclInt8 .. ncclFloat8e5m2 */
-	static const unsigned char sizes[] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2, 1, 1};
-
-	return t >= 0 && t < (int)sizeof(sizes) ? sizes[t] : 0;
-}
-
-int shim_real_op(int slot, int op)
-{
-	int i = op - SYNTHETIC_OP(slot, 0);
-
-	if (slot < 0 || i < 0 || i >= OPS_MAX || !shim_handles[slot].ops[i].used)
-		return op;
-	return shim_handles[slot].ops[i].real;
-}
-
-EXPORT nccl_result ncclRedOpCreatePreMulSum(int *op, void *scalar, int datatype, int residence,
-					    nccl_comm comm)
-{
-	nccl_comm real;
-	nccl_result r;
-	int slot;
-
-	REAL(ncclRedOpCreatePreMulSum, nccl_result(*)(int *, void *, int, int, nccl_comm));
-	if (enter(comm, &real, &slot) != NCCL_SUCCESS)
-		return NCCL_INTERNAL_ERROR;
-	r = fn_ncclRedOpCreatePreMulSum(op, scalar, datatype, residence, real);
-	if (r == NCCL_SUCCESS && slot >= 0 && shim_wrap_handles == 1) {
-		struct shim_handle *h = &shim_handles[slot];
-		size_t size = residence == SCALAR_DEVICE ? sizeof(void *) : datatype_size(datatype);
-		int i;
-
-		pthread_mutex_lock(&shim_comms_lock);
-		for (i = 0; i < OPS_MAX && h->ops[i].used; i++)
-			;
-		if (i < OPS_MAX && size) {
-			struct redop *o = &h->ops[i];
-
-			*o = (struct redop){.used = true,
-					    .real = *op,
-					    .datatype = datatype,
-					    .residence = residence};
-			memcpy(o->scalar, residence == SCALAR_DEVICE ? (void *)&scalar : scalar,
-			       size);
-			*op = SYNTHETIC_OP(slot, i);
-		} else {
-			made_unsafe |= NCCL_UNSAFE_OPS;
-		}
-		update_unsafe();
-		pthread_mutex_unlock(&shim_comms_lock);
-	}
-	leave(slot);
-	return r;
-}
-
-EXPORT nccl_result ncclRedOpDestroy(int op, nccl_comm comm)
-{
-	nccl_comm real;
-	nccl_result r;
-	int slot;
-
-	REAL(ncclRedOpDestroy, nccl_result(*)(int, nccl_comm));
-	if (enter(comm, &real, &slot) != NCCL_SUCCESS)
-		return NCCL_INTERNAL_ERROR;
-	r = fn_ncclRedOpDestroy(shim_real_op(slot, op), real);
-	if (r == NCCL_SUCCESS && slot >= 0) {
-		int i = op - SYNTHETIC_OP(slot, 0);
-
-		if (i >= 0 && i < OPS_MAX)
-			shim_handles[slot].ops[i].used = false;
-	}
-	leave(slot);
-	return r;
-}
-
 /* NCCL's profiling names (pnccl...) reach the same wrappers: a job that
  * calls them holds the same handles. */
 EXPORT __typeof__(ncclCommAbort) pncclCommAbort __attribute__((alias("ncclCommAbort")));
-EXPORT __typeof__(ncclCommCount) pncclCommCount __attribute__((alias("ncclCommCount")));
-EXPORT __typeof__(ncclCommCuDevice) pncclCommCuDevice __attribute__((alias("ncclCommCuDevice")));
-EXPORT __typeof__(ncclCommDeregister) pncclCommDeregister
-    __attribute__((alias("ncclCommDeregister")));
 EXPORT __typeof__(ncclCommDestroy) pncclCommDestroy __attribute__((alias("ncclCommDestroy")));
-EXPORT __typeof__(ncclCommFinalize) pncclCommFinalize __attribute__((alias("ncclCommFinalize")));
-EXPORT __typeof__(ncclCommGetAsyncError) pncclCommGetAsyncError
-    __attribute__((alias("ncclCommGetAsyncError")));
-EXPORT __typeof__(ncclCommGetUniqueId) pncclCommGetUniqueId
-    __attribute__((alias("ncclCommGetUniqueId")));
 EXPORT __typeof__(ncclCommGrow) pncclCommGrow __attribute__((alias("ncclCommGrow")));
 EXPORT __typeof__(ncclCommInitAll) pncclCommInitAll __attribute__((alias("ncclCommInitAll")));
 EXPORT __typeof__(ncclCommInitRank) pncclCommInitRank __attribute__((alias("ncclCommInitRank")));
@@ -917,33 +634,5 @@ EXPORT __typeof__(ncclCommInitRankConfig) pncclCommInitRankConfig
     __attribute__((alias("ncclCommInitRankConfig")));
 EXPORT __typeof__(ncclCommInitRankScalable) pncclCommInitRankScalable
     __attribute__((alias("ncclCommInitRankScalable")));
-EXPORT __typeof__(ncclCommMemStats) pncclCommMemStats __attribute__((alias("ncclCommMemStats")));
-EXPORT __typeof__(ncclCommQueryProperties) pncclCommQueryProperties
-    __attribute__((alias("ncclCommQueryProperties")));
-EXPORT __typeof__(ncclCommRegister) pncclCommRegister __attribute__((alias("ncclCommRegister")));
-EXPORT __typeof__(ncclCommResume) pncclCommResume __attribute__((alias("ncclCommResume")));
-EXPORT __typeof__(ncclCommRevoke) pncclCommRevoke __attribute__((alias("ncclCommRevoke")));
 EXPORT __typeof__(ncclCommShrink) pncclCommShrink __attribute__((alias("ncclCommShrink")));
 EXPORT __typeof__(ncclCommSplit) pncclCommSplit __attribute__((alias("ncclCommSplit")));
-EXPORT __typeof__(ncclCommSuspend) pncclCommSuspend __attribute__((alias("ncclCommSuspend")));
-EXPORT __typeof__(ncclCommUserRank) pncclCommUserRank __attribute__((alias("ncclCommUserRank")));
-EXPORT __typeof__(ncclCommWindowDeregister) pncclCommWindowDeregister
-    __attribute__((alias("ncclCommWindowDeregister")));
-EXPORT __typeof__(ncclCommWindowRegister) pncclCommWindowRegister
-    __attribute__((alias("ncclCommWindowRegister")));
-EXPORT __typeof__(ncclDevCommCreate) pncclDevCommCreate __attribute__((alias("ncclDevCommCreate")));
-EXPORT __typeof__(ncclDevCommDestroy) pncclDevCommDestroy
-    __attribute__((alias("ncclDevCommDestroy")));
-EXPORT __typeof__(ncclGetLastError) pncclGetLastError __attribute__((alias("ncclGetLastError")));
-EXPORT __typeof__(ncclGinBarrierCreateRequirement) pncclGinBarrierCreateRequirement
-    __attribute__((alias("ncclGinBarrierCreateRequirement")));
-EXPORT __typeof__(ncclRedOpCreatePreMulSum) pncclRedOpCreatePreMulSum
-    __attribute__((alias("ncclRedOpCreatePreMulSum")));
-EXPORT __typeof__(ncclRedOpDestroy) pncclRedOpDestroy __attribute__((alias("ncclRedOpDestroy")));
-EXPORT __typeof__(ncclTeamLsa) pncclTeamLsa __attribute__((alias("ncclTeamLsa")));
-EXPORT __typeof__(ncclTeamRail) pncclTeamRail __attribute__((alias("ncclTeamRail")));
-EXPORT __typeof__(ncclTeamRankToLsa) pncclTeamRankToLsa __attribute__((alias("ncclTeamRankToLsa")));
-EXPORT __typeof__(ncclTeamRankToWorld) pncclTeamRankToWorld
-    __attribute__((alias("ncclTeamRankToWorld")));
-EXPORT __typeof__(ncclTeamWorld) pncclTeamWorld __attribute__((alias("ncclTeamWorld")));
-EXPORT __typeof__(ncclWinGetUserPtr) pncclWinGetUserPtr __attribute__((alias("ncclWinGetUserPtr")));

@@ -88,6 +88,18 @@ extern uint64_t shim_creation_seq[LOG_MAX];
  * is not one of the interposer's). */
 int shim_real_op(int slot, int op);
 
+/* Into NCCL with handle, once the communicators are the job's (waits
+ * while they are taken apart): *real is NCCL's communicator behind it,
+ * *slot its slot (-1: not one of the interposer's, passed on as it is).
+ * Fails where making them again failed. shim_leave after the call. */
+nccl_result shim_enter(nccl_comm handle, nccl_comm *real, int *slot);
+void shim_leave(int slot);
+
+/* The block's unsafe bits from what the live communicators hold; with
+ * bit added for good. Both with the comms lock held. */
+void shim_update_unsafe(void);
+void shim_add_unsafe(uint32_t bit);
+
 /* The thread that takes the communicators apart and makes them again. */
 void *shim_service(void *arg);
 
