@@ -293,40 +293,30 @@ EXPORT nccl_result ncclRedOpDestroy(int op, nccl_comm comm)
 
 /* NCCL's profiling names (pnccl...) reach the same wrappers: a job that
  * calls them holds the same handles. */
-EXPORT __typeof__(ncclCommCount) pncclCommCount __attribute__((alias("ncclCommCount")));
-EXPORT __typeof__(ncclCommCuDevice) pncclCommCuDevice __attribute__((alias("ncclCommCuDevice")));
-EXPORT __typeof__(ncclCommDeregister) pncclCommDeregister
-    __attribute__((alias("ncclCommDeregister")));
-EXPORT __typeof__(ncclCommFinalize) pncclCommFinalize __attribute__((alias("ncclCommFinalize")));
-EXPORT __typeof__(ncclCommGetAsyncError) pncclCommGetAsyncError
-    __attribute__((alias("ncclCommGetAsyncError")));
-EXPORT __typeof__(ncclCommGetUniqueId) pncclCommGetUniqueId
-    __attribute__((alias("ncclCommGetUniqueId")));
-EXPORT __typeof__(ncclCommMemStats) pncclCommMemStats __attribute__((alias("ncclCommMemStats")));
-EXPORT __typeof__(ncclCommQueryProperties) pncclCommQueryProperties
-    __attribute__((alias("ncclCommQueryProperties")));
-EXPORT __typeof__(ncclCommRegister) pncclCommRegister __attribute__((alias("ncclCommRegister")));
-EXPORT __typeof__(ncclCommResume) pncclCommResume __attribute__((alias("ncclCommResume")));
-EXPORT __typeof__(ncclCommRevoke) pncclCommRevoke __attribute__((alias("ncclCommRevoke")));
-EXPORT __typeof__(ncclCommSuspend) pncclCommSuspend __attribute__((alias("ncclCommSuspend")));
-EXPORT __typeof__(ncclCommUserRank) pncclCommUserRank __attribute__((alias("ncclCommUserRank")));
-EXPORT __typeof__(ncclCommWindowDeregister) pncclCommWindowDeregister
-    __attribute__((alias("ncclCommWindowDeregister")));
-EXPORT __typeof__(ncclCommWindowRegister) pncclCommWindowRegister
-    __attribute__((alias("ncclCommWindowRegister")));
-EXPORT __typeof__(ncclDevCommCreate) pncclDevCommCreate __attribute__((alias("ncclDevCommCreate")));
-EXPORT __typeof__(ncclDevCommDestroy) pncclDevCommDestroy
-    __attribute__((alias("ncclDevCommDestroy")));
-EXPORT __typeof__(ncclGetLastError) pncclGetLastError __attribute__((alias("ncclGetLastError")));
-EXPORT __typeof__(ncclGinBarrierCreateRequirement) pncclGinBarrierCreateRequirement
-    __attribute__((alias("ncclGinBarrierCreateRequirement")));
-EXPORT __typeof__(ncclRedOpCreatePreMulSum) pncclRedOpCreatePreMulSum
-    __attribute__((alias("ncclRedOpCreatePreMulSum")));
-EXPORT __typeof__(ncclRedOpDestroy) pncclRedOpDestroy __attribute__((alias("ncclRedOpDestroy")));
-EXPORT __typeof__(ncclTeamLsa) pncclTeamLsa __attribute__((alias("ncclTeamLsa")));
-EXPORT __typeof__(ncclTeamRail) pncclTeamRail __attribute__((alias("ncclTeamRail")));
-EXPORT __typeof__(ncclTeamRankToLsa) pncclTeamRankToLsa __attribute__((alias("ncclTeamRankToLsa")));
-EXPORT __typeof__(ncclTeamRankToWorld) pncclTeamRankToWorld
-    __attribute__((alias("ncclTeamRankToWorld")));
-EXPORT __typeof__(ncclTeamWorld) pncclTeamWorld __attribute__((alias("ncclTeamWorld")));
-EXPORT __typeof__(ncclWinGetUserPtr) pncclWinGetUserPtr __attribute__((alias("ncclWinGetUserPtr")));
+PROFILING_NAME(ncclCommCount)
+PROFILING_NAME(ncclCommCuDevice)
+PROFILING_NAME(ncclCommDeregister)
+PROFILING_NAME(ncclCommFinalize)
+PROFILING_NAME(ncclCommGetAsyncError)
+PROFILING_NAME(ncclCommGetUniqueId)
+PROFILING_NAME(ncclCommMemStats)
+PROFILING_NAME(ncclCommQueryProperties)
+PROFILING_NAME(ncclCommRegister)
+PROFILING_NAME(ncclCommResume)
+PROFILING_NAME(ncclCommRevoke)
+PROFILING_NAME(ncclCommSuspend)
+PROFILING_NAME(ncclCommUserRank)
+PROFILING_NAME(ncclCommWindowDeregister)
+PROFILING_NAME(ncclCommWindowRegister)
+PROFILING_NAME(ncclDevCommCreate)
+PROFILING_NAME(ncclDevCommDestroy)
+PROFILING_NAME(ncclGetLastError)
+PROFILING_NAME(ncclGinBarrierCreateRequirement)
+PROFILING_NAME(ncclRedOpCreatePreMulSum)
+PROFILING_NAME(ncclRedOpDestroy)
+PROFILING_NAME(ncclTeamLsa)
+PROFILING_NAME(ncclTeamRail)
+PROFILING_NAME(ncclTeamRankToLsa)
+PROFILING_NAME(ncclTeamRankToWorld)
+PROFILING_NAME(ncclTeamWorld)
+PROFILING_NAME(ncclWinGetUserPtr)

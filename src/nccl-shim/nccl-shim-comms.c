@@ -625,14 +625,12 @@ ENDING(ncclCommAbort)
 
 /* NCCL's profiling names (pnccl...) reach the same wrappers: a job that
  * calls them holds the same handles. */
-EXPORT __typeof__(ncclCommAbort) pncclCommAbort __attribute__((alias("ncclCommAbort")));
-EXPORT __typeof__(ncclCommDestroy) pncclCommDestroy __attribute__((alias("ncclCommDestroy")));
-EXPORT __typeof__(ncclCommGrow) pncclCommGrow __attribute__((alias("ncclCommGrow")));
-EXPORT __typeof__(ncclCommInitAll) pncclCommInitAll __attribute__((alias("ncclCommInitAll")));
-EXPORT __typeof__(ncclCommInitRank) pncclCommInitRank __attribute__((alias("ncclCommInitRank")));
-EXPORT __typeof__(ncclCommInitRankConfig) pncclCommInitRankConfig
-    __attribute__((alias("ncclCommInitRankConfig")));
-EXPORT __typeof__(ncclCommInitRankScalable) pncclCommInitRankScalable
-    __attribute__((alias("ncclCommInitRankScalable")));
-EXPORT __typeof__(ncclCommShrink) pncclCommShrink __attribute__((alias("ncclCommShrink")));
-EXPORT __typeof__(ncclCommSplit) pncclCommSplit __attribute__((alias("ncclCommSplit")));
+PROFILING_NAME(ncclCommAbort)
+PROFILING_NAME(ncclCommDestroy)
+PROFILING_NAME(ncclCommGrow)
+PROFILING_NAME(ncclCommInitAll)
+PROFILING_NAME(ncclCommInitRank)
+PROFILING_NAME(ncclCommInitRankConfig)
+PROFILING_NAME(ncclCommInitRankScalable)
+PROFILING_NAME(ncclCommShrink)
+PROFILING_NAME(ncclCommSplit)

@@ -407,21 +407,20 @@ COLLECTIVE(ncclPutSignal, NCCL_OP_SEND,
 
 /* NCCL's profiling names (pnccl...) reach the same wrappers: a job that
  * calls them holds the same handles. */
-EXPORT __typeof__(ncclAllGather) pncclAllGather __attribute__((alias("ncclAllGather")));
-EXPORT __typeof__(ncclAllReduce) pncclAllReduce __attribute__((alias("ncclAllReduce")));
-EXPORT __typeof__(ncclAlltoAll) pncclAlltoAll __attribute__((alias("ncclAlltoAll")));
-EXPORT __typeof__(ncclBcast) pncclBcast __attribute__((alias("ncclBcast")));
-EXPORT __typeof__(ncclBroadcast) pncclBroadcast __attribute__((alias("ncclBroadcast")));
-EXPORT __typeof__(ncclGather) pncclGather __attribute__((alias("ncclGather")));
-EXPORT __typeof__(ncclGroupEnd) pncclGroupEnd __attribute__((alias("ncclGroupEnd")));
-EXPORT __typeof__(ncclGroupSimulateEnd) pncclGroupSimulateEnd
-    __attribute__((alias("ncclGroupSimulateEnd")));
-EXPORT __typeof__(ncclGroupStart) pncclGroupStart __attribute__((alias("ncclGroupStart")));
-EXPORT __typeof__(ncclPutSignal) pncclPutSignal __attribute__((alias("ncclPutSignal")));
-EXPORT __typeof__(ncclRecv) pncclRecv __attribute__((alias("ncclRecv")));
-EXPORT __typeof__(ncclReduce) pncclReduce __attribute__((alias("ncclReduce")));
-EXPORT __typeof__(ncclReduceScatter) pncclReduceScatter __attribute__((alias("ncclReduceScatter")));
-EXPORT __typeof__(ncclScatter) pncclScatter __attribute__((alias("ncclScatter")));
-EXPORT __typeof__(ncclSend) pncclSend __attribute__((alias("ncclSend")));
-EXPORT __typeof__(ncclSignal) pncclSignal __attribute__((alias("ncclSignal")));
-EXPORT __typeof__(ncclWaitSignal) pncclWaitSignal __attribute__((alias("ncclWaitSignal")));
+PROFILING_NAME(ncclAllGather)
+PROFILING_NAME(ncclAllReduce)
+PROFILING_NAME(ncclAlltoAll)
+PROFILING_NAME(ncclBcast)
+PROFILING_NAME(ncclBroadcast)
+PROFILING_NAME(ncclGather)
+PROFILING_NAME(ncclGroupEnd)
+PROFILING_NAME(ncclGroupSimulateEnd)
+PROFILING_NAME(ncclGroupStart)
+PROFILING_NAME(ncclPutSignal)
+PROFILING_NAME(ncclRecv)
+PROFILING_NAME(ncclReduce)
+PROFILING_NAME(ncclReduceScatter)
+PROFILING_NAME(ncclScatter)
+PROFILING_NAME(ncclSend)
+PROFILING_NAME(ncclSignal)
+PROFILING_NAME(ncclWaitSignal)

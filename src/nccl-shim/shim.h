@@ -27,6 +27,10 @@ typedef struct {
 
 #define EXPORT __attribute__((visibility("default")))
 
+/* NCCL's profiling name of a wrapper (pncclX for ncclX): the same
+ * function, so that a job calling it holds the same handles. */
+#define PROFILING_NAME(name) EXPORT __typeof__(name) p##name __attribute__((alias(#name)));
+
 /* NCCL's definition of name (nccl-shim.c). */
 void *shim_real(const char *name);
 

@@ -112,23 +112,23 @@ static bool taken_apart(pid_t pid, uint32_t *unsafe)
 	return caps.rebuild && !caps.unsafe;
 }
 
-const struct nccl_setting *nccl_rank_missing(pid_t pid)
+/* The first required setting pid, an NCCL rank, started without, leaving
+ * out those its communicators taken apart make needless (*unsafe: what
+ * keeps them from being taken apart); NULL when it has them all or is no
+ * rank. */
+static const struct nccl_setting *rank_missing(pid_t pid, uint32_t *unsafe)
 {
-	uint32_t unsafe;
-
+	*unsafe = 0;
 	if (!nccl_is_rank(pid))
 		return NULL;
-	return env_missing(pid, taken_apart(pid, &unsafe));
+	return env_missing(pid, taken_apart(pid, unsafe));
 }
 
 bool nccl_rank_blocker(pid_t pid, char *buf, size_t size)
 {
-	const struct nccl_setting *s;
-	uint32_t unsafe = 0;
+	uint32_t unsafe;
+	const struct nccl_setting *s = rank_missing(pid, &unsafe);
 
-	if (!nccl_is_rank(pid))
-		return false;
-	s = env_missing(pid, taken_apart(pid, &unsafe));
 	if (!s)
 		return false;
 	if (unsafe && s->taken_apart)
@@ -152,12 +152,9 @@ bool nccl_fast_transports(const pid_t *pids, size_t n)
 
 int nccl_rank_check(pid_t pid, const char *comm, struct stasis_error **err)
 {
-	const struct nccl_setting *s;
-	uint32_t unsafe = 0;
+	uint32_t unsafe;
+	const struct nccl_setting *s = rank_missing(pid, &unsafe);
 
-	if (!nccl_is_rank(pid))
-		return 0;
-	s = env_missing(pid, taken_apart(pid, &unsafe));
 	if (!s)
 		return 0;
 	if (unsafe && s->taken_apart) {

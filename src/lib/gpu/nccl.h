@@ -28,11 +28,6 @@ const struct nccl_setting *nccl_settings(size_t *n);
  * thread runs). */
 bool nccl_is_rank(pid_t pid);
 
-/* The first required setting that pid, an NCCL rank, started without
- * (leaving out those its communicators taken apart make needless); NULL
- * when it has them all or is no rank. */
-const struct nccl_setting *nccl_rank_missing(pid_t pid);
-
 /* What keeps pid, an NCCL rank, from a checkpoint, in a few words for
  * `stasis ps` (false: nothing does, or it is no rank). */
 bool nccl_rank_blocker(pid_t pid, char *buf, size_t size);
@@ -41,13 +36,13 @@ bool nccl_rank_blocker(pid_t pid, char *buf, size_t size);
  * naming the setting and `stasis run`. */
 int nccl_rank_check(pid_t pid, const char *comm, struct stasis_error **err);
 
+/* The same for every CUDA process of m. */
+int nccl_ranks_check(const struct manifest *m, struct stasis_error **err);
+
 /* Whether some NCCL rank of pids may use NCCL's fast transports (it
  * started without the settings that turn them off): its communicators
  * must then be taken apart before the lock. */
 bool nccl_fast_transports(const pid_t *pids, size_t n);
-
-/* The same for every CUDA process of m. */
-int nccl_ranks_check(const struct manifest *m, struct stasis_error **err);
 
 /* How many times to try the lock of batch (gpu_batch.lock_rounds): more
  * than once where two or more of its processes are NCCL ranks. */
