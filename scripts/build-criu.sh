@@ -19,8 +19,11 @@ patch_files="$here"/criu-patches/*.patch
 # same machine (the benchmark's reference) takes a cache of another build
 # for stale and removes it.
 rundir=RUNDIR=/run/stasis-criu
-[ "${4:-}" = stock ] && patch_files="" && rundir=""
-patches=$({ cat $patch_files /dev/null; printf %s "$rundir"; } | sha256sum | cut -d' ' -f1)
+# The protections a runtime running this CRIU gets without asking (patch
+# 0012's settings): ghost files only in folders of root's (patch 0008).
+settings=DEFAULT_SETTINGS=CRIU_GHOST_ROOT_FOLDERS=1
+[ "${4:-}" = stock ] && patch_files="" && rundir="" && settings=""
+patches=$({ cat $patch_files /dev/null; printf %s "$rundir$settings"; } | sha256sum | cut -d' ' -f1)
 
 if [ -x "$prefix/sbin/criu" ] && [ -f "$prefix/lib/libcriu.a" ] &&
 	[ -f "$prefix/lib/criu/cuda_plugin.so" ] && [ -f "$prefix/include/criu/criu-plugin.h" ] &&
@@ -42,10 +45,10 @@ done
 jobs=$(nproc 2>/dev/null || echo 2)
 echo "build-criu: building CRIU $VERSION (criu, libcriu, cuda plugin)"
 # CRIU's own Python helpers must not pick up a foreign interpreter's modules.
-make -s -C "$src" -j"$jobs" PYTHON=/usr/bin/python3 $rundir criu lib/c/libcriu.a >"$build/criu-build.log" 2>&1 ||
+make -s -C "$src" -j"$jobs" PYTHON=/usr/bin/python3 $rundir $settings criu lib/c/libcriu.a >"$build/criu-build.log" 2>&1 ||
 	{ tail -n 30 "$build/criu-build.log" >&2; exit 1; }
 # The plugin only builds from the top level (its own folder lacks the config).
-make -s -C "$src" -j"$jobs" PYTHON=/usr/bin/python3 $rundir cuda_plugin >>"$build/criu-build.log" 2>&1 ||
+make -s -C "$src" -j"$jobs" PYTHON=/usr/bin/python3 $rundir $settings cuda_plugin >>"$build/criu-build.log" 2>&1 ||
 	{ tail -n 30 "$build/criu-build.log" >&2; exit 1; }
 
 mkdir -p "$prefix/sbin" "$prefix/lib/criu" "$prefix/include/criu"

@@ -41,7 +41,7 @@ static struct {
 
 void gpu_dump_init(void)
 {
-	const char *socket = getenv("STASIS_PLUGIN_SOCKET");
+	const char *socket = plugin_setting("STASIS_PLUGIN_SOCKET");
 
 	/* Set and empty: stasis runs this CRIU and has no GPU work for it. */
 	dump.asked = socket ? *socket != '\0' : plugin_helper_start() == 0;
@@ -141,7 +141,7 @@ bool gpu_dump_handles_devices(void)
 	 * checked which processes are CUDA's. The helper knows less (a
 	 * driver it could not load finds no CUDA process): only what is left
 	 * after a GPU checkpoint of the tree, as DataLoader workers hold it. */
-	if (getenv("STASIS_PLUGIN_SOCKET"))
+	if (plugin_setting("STASIS_PLUGIN_SOCKET"))
 		return true;
 	return plugin_helper_fd() >= 0 && dump.copied;
 }

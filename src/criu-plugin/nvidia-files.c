@@ -25,7 +25,7 @@
 /* /dev/nvidiaN with N given by the map; other paths stay as they are. */
 static void map_path(const char *path, char *out, size_t len)
 {
-	const char *prefix = plugin_dev_prefix(), *map = getenv("STASIS_NVIDIA_DEV_MAP");
+	const char *prefix = plugin_dev_prefix(), *map = plugin_setting("STASIS_NVIDIA_DEV_MAP");
 	size_t plen = strlen(prefix);
 	char *end;
 	long minor;
@@ -100,7 +100,8 @@ static int open_device(const char *path, unsigned int flags)
 		return -e;
 	}
 	if (fstat(fd, &st) < 0 ||
-	    !(S_ISCHR(st.st_mode) || (getenv("STASIS_NVIDIA_DEV_PREFIX") && S_ISREG(st.st_mode)))) {
+	    !(S_ISCHR(st.st_mode) ||
+	      (plugin_setting("STASIS_NVIDIA_DEV_PREFIX") && S_ISREG(st.st_mode)))) {
 		close(fd);
 		plugin_log(PLUGIN_LOG_ERROR, "%s is not a device: not reopened", path);
 		return -EINVAL;

@@ -83,7 +83,7 @@ static int with_deadline(int fd)
 
 int plugin_connect_stasis(void)
 {
-	const char *path = getenv("STASIS_PLUGIN_SOCKET");
+	const char *path = plugin_setting("STASIS_PLUGIN_SOCKET");
 	struct sockaddr_un addr = {.sun_family = AF_UNIX};
 	int fd;
 

@@ -9,9 +9,17 @@
 
 #include "plugin.h"
 
+/* stasis's CRIU (patch 0012): CRIU's --setting, else its environment. */
+extern const char *criu_setting(const char *name) __attribute__((weak));
+
+const char *plugin_setting(const char *name)
+{
+	return criu_setting ? criu_setting(name) : getenv(name);
+}
+
 const char *plugin_dev_prefix(void)
 {
-	const char *p = getenv("STASIS_NVIDIA_DEV_PREFIX");
+	const char *p = plugin_setting("STASIS_NVIDIA_DEV_PREFIX");
 
 	return p && *p ? p : "/dev/nvidia";
 }
@@ -34,7 +42,7 @@ static int plugin_init(int stage)
 	if (stage == CR_PLUGIN_STAGE__DUMP)
 		gpu_dump_init();
 	/* A restore that stasis did not start gets the helper too. */
-	if (stage == CR_PLUGIN_STAGE__RESTORE && !getenv("STASIS_PLUGIN_SOCKET"))
+	if (stage == CR_PLUGIN_STAGE__RESTORE && !plugin_setting("STASIS_PLUGIN_SOCKET"))
 		plugin_helper_start();
 	return 0;
 }

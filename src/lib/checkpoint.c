@@ -149,8 +149,8 @@ static void checkpoint_pick_stage(struct target *t, struct manifest *m)
 	}
 	snprintf(t->images, sizeof(t->images), "%s", t->stage);
 	m->options.staged = true;
-	criu_stage_page_parts();
-	m->page_writer_parts = criu_page_writer_parts();
+	m->page_writer_parts = criu_page_parts_possible();
+	t->criu.page_parts = m->page_writer_parts;
 }
 
 /* With --compress, what the compression threads have left after CRIU. */
@@ -234,7 +234,7 @@ int checkpoint_preflight(struct manifest *m, struct gpu_batch *batch, const char
 /* The target's dump with the GPU steps inside it: stasis's CRIU plugin has
  * every CUDA process locked before CRIU seizes the tree and checkpointed
  * once it is frozen (gpu-handoff.h). */
-int checkpoint_dump_gpus_inside(const struct gpu_dump_plan *plan,
+int checkpoint_dump_gpus_inside(const struct gpu_dump_plan *plan, struct criu_settings *criu,
 				int (*dump)(void *ctx, struct stasis_error **err), void *ctx,
 				struct stasis_error **err)
 {
@@ -253,7 +253,9 @@ int checkpoint_dump_gpus_inside(const struct gpu_dump_plan *plan,
 		r = gpu_handoff_dump_begin(&h, plan, err);
 	if (r < 0)
 		return r;
+	criu->plugin_socket = gpu_handoff_socket(&h);
 	r = dump(ctx, err);
+	criu->plugin_socket = NULL;
 	return gpu_handoff_dump_end(&h, r, err);
 }
 
@@ -377,7 +379,8 @@ static int checkpoint_dump(struct target *t, struct manifest *m, struct gpu_batc
 		return r;
 	}
 	seal.follower = follower;
-	r = checkpoint_dump_gpus_inside(&plan, held ? target_dump_held : target_dump, &dump, err);
+	r = checkpoint_dump_gpus_inside(&plan, &t->criu, held ? target_dump_held : target_dump,
+					&dump, err);
 	r = checkpoint_dump_end(batch, m, leave_running, r, err);
 	/* The job's NCCL calls wait until its communicators are made again:
 	 * part of the pause it sees. */
@@ -530,7 +533,6 @@ int stasis_checkpoint(const struct stasis_checkpoint_options *o, struct manifest
 	struct seal_key key;
 	int r;
 
-	gpu_handoff_reserve_environment();
 	r = stasis_enter_image_folder(o->dir, dir, sizeof(dir), err);
 	if (r < 0)
 		return r;

@@ -13,6 +13,7 @@
 #include <linux/magic.h>
 
 #include "criu-rpc.h"
+#include "criu-settings.h"
 #include "nvml.h"
 #include "proc.h"
 #include "util.h"

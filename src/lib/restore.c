@@ -109,18 +109,10 @@ static int plan_gpus(const struct manifest *m, const char *map, struct gpu_plan 
 int restore_gpu_preflight(const struct manifest *m, const char *map, struct gpu_plan *plan,
 			  struct stasis_error **err)
 {
-	char socket[108]; /* sun_path */
 	int r = plan_gpus(m, map, plan, err);
 
-	if (r < 0)
+	if (r < 0 || !manifest_cuda_count(m))
 		return r;
-	/* For stasis's CRIU plugin, in the environment CRIU inherits; only
-	 * values change here (see reserve_plugin_environment). */
-	setenv("STASIS_NVIDIA_DEV_MAP", plan->dev_map, 1);
-	if (!manifest_cuda_count(m))
-		return 0;
-	plugin_channel_path(socket, sizeof(socket));
-	setenv("STASIS_PLUGIN_SOCKET", socket, 1);
 	/* Only the GPU restore needs cuInit: it runs beside what comes next,
 	 * CRIU's restore above all. */
 	cuda_load_begin();
@@ -177,7 +169,11 @@ int restore_target_handed_off(struct target *t, struct manifest *m, struct image
 	r = gpu_handoff_restore_begin(&handoff, m, plan, !t->ops->same_pids, err);
 	if (r < 0)
 		return r;
+	t->criu.plugin_socket = gpu_handoff_socket(&handoff);
+	t->criu.dev_map = plan->dev_map;
+	t->criu.fill_nprocs = m->nprocs;
 	restored = t->ops->restore(t, m, verifier, root_out, err);
+	t->criu.plugin_socket = NULL;
 	served = gpu_handoff_end(&handoff, &gpu_err);
 	manifest_add_phase(m, t->ops->restore_phase, now_usec() - start);
 	/* A GPU restore that failed inside the restore failed it too: its
@@ -361,18 +357,6 @@ static int restore_verified(const struct stasis_restore_options *o, struct manif
 	return r;
 }
 
-/* The variables stasis's CRIU plugin reads, empty until the GPU plan
- * fills them in, and CRIU's fill threads, until the image says how many
- * processes. Made before the first thread starts (the verifier,
- * cuInit, which reads the environment all along): adding a variable
- * while another thread reads the environment can free the array under
- * it; changing a value cannot. */
-static void reserve_plugin_environment(void)
-{
-	gpu_handoff_reserve_environment();
-	criu_reserve_fill_threads();
-}
-
 int stasis_restore(const struct stasis_restore_options *o, struct manifest *m, pid_t *root_out,
 		   struct stasis_error **err)
 {
@@ -382,7 +366,6 @@ int stasis_restore(const struct stasis_restore_options *o, struct manifest *m, p
 	char dir[PATH_MAX];
 	int r;
 
-	reserve_plugin_environment();
 	r = stasis_enter_image_folder(o->dir, dir, sizeof(dir), err);
 	if (r < 0)
 		return r;
@@ -404,7 +387,6 @@ int stasis_restore(const struct stasis_restore_options *o, struct manifest *m, p
 	if (r < 0)
 		return r;
 	m->nphases = 0; /* from here on m carries this restore's timings */
-	criu_configure_fill_threads(m->nprocs);
 	manifest_add_phase(m, "verify", now_usec() - start);
 	if (o->thp_always) {
 		r = thp_always_begin(err);

@@ -4,6 +4,7 @@
 #ifndef STASIS_STEPS_H
 #define STASIS_STEPS_H
 
+#include "criu-settings.h"
 #include "error.h"
 #include "gpu-handoff.h"
 #include "gpu.h"
@@ -34,8 +35,9 @@ int checkpoint_preflight(struct manifest *m, struct gpu_batch *batch, const char
  * cannot save; after a failure or with the plan's leave_running, restored and
  * unlocked before CRIU lets the tree go. Returns dump's result, or the GPU
  * step's failure in its place. The caller then rolls back what is not
- * running yet (checkpoint_dump_end). */
-int checkpoint_dump_gpus_inside(const struct gpu_dump_plan *plan,
+ * running yet (checkpoint_dump_end). The plugin's socket goes into criu,
+ * which dump gives its CRIU, while it runs. */
+int checkpoint_dump_gpus_inside(const struct gpu_dump_plan *plan, struct criu_settings *criu,
 				int (*dump)(void *ctx, struct stasis_error **err), void *ctx,
 				struct stasis_error **err);
 

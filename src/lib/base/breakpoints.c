@@ -16,7 +16,6 @@
 #include "lock.h"
 #include "util.h"
 
-#define CRIU_FAULT_NO_BREAKPOINTS "130"
 #define PROBE_TIMEOUT_MS 2000
 
 /* The child executes this; the parent puts an execute breakpoint on it. */
@@ -117,13 +116,4 @@ enum hw_breakpoints hw_breakpoints_probe(bool use_cache)
 		fclose(f);
 	}
 	return result;
-}
-
-void hw_breakpoints_configure_criu(void)
-{
-	/* Respect a value the user chose on purpose. */
-	if (getenv("CRIU_FAULT"))
-		return;
-	if (hw_breakpoints_probe(true) == HW_BREAKPOINTS_BROKEN)
-		setenv("CRIU_FAULT", CRIU_FAULT_NO_BREAKPOINTS, 1);
 }

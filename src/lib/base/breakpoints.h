@@ -16,7 +16,7 @@ enum hw_breakpoints {
 /* Probe once per boot; the answer is cached in the runtime directory. */
 enum hw_breakpoints hw_breakpoints_probe(bool use_cache);
 
-/* Set CRIU_FAULT=130 in our environment (inherited by criu) when needed. */
-void hw_breakpoints_configure_criu(void);
+/* CRIU_FAULT for CRIU where they do not (criu-settings.h gives it) */
+#define CRIU_FAULT_NO_BREAKPOINTS "130"
 
 #endif

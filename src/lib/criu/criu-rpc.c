@@ -13,8 +13,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "breakpoints.h"
 #include "criu-causes.h"
+#include "criu-settings.h"
 #include "devfiles.h"
 #include "exec.h"
 #include "interrupt.h"
@@ -24,14 +24,6 @@
 #include "util.h"
 
 #define CRIU_LOG_LEVEL 4
-/* Eight were measured on the GPU machine (16 CPUs); more were not. */
-#define CRIU_PAGE_WRITERS_MAX 8
-/* CRIU's PAGE_PART_MIN_BYTES (the patch's): a writer's share of a task
- * below it is not worth a chunk of its own. */
-#define CRIU_PAGE_PART_MIN_BYTES (64ull << 20)
-/* CRIU's own default and the most its fill takes */
-#define CRIU_FILL_THREADS_MIN 4
-#define CRIU_FILL_THREADS_MAX 16
 
 static char criu_path[PATH_MAX];
 
@@ -89,139 +81,6 @@ const char *criu_version_string(int version, char *buf, size_t len)
 	return buf;
 }
 
-/* Sets variable name to n, held within [lo, hi]. */
-static void setenv_count(const char *name, long n, long lo, long hi)
-{
-	char s[16];
-
-	snprintf(s, sizeof(s), "%ld", n < lo ? lo : n > hi ? hi : n);
-	setenv(name, s, 1);
-}
-
-/* With stasis's CRIU, a dump of a tree writes each task's pages from a
- * process of its own while it dumps the next tasks (CRIU_PAGE_WRITERS at
- * once): one thread's copy into the page cache, not the drain, is what a
- * dump of GPU processes waits on. One a CPU, unless the user chose. A task
- * too big for its pipes to fit in the descriptors is handed over in chunks
- * (CRIU_PAGE_WRITER_CHUNKS=1), else CRIU writes it while it dumps it and
- * the next task waits: two 16 GiB processes paused 13.6 s against 18.3 s. */
-static bool page_parts_made;
-
-static void configure_page_writers(void)
-{
-	const char *parts = getenv("CRIU_PAGE_WRITER_PARTS");
-
-	if (!getenv("CRIU_PAGE_WRITER_CHUNKS"))
-		setenv("CRIU_PAGE_WRITER_CHUNKS", "1", 1);
-	if (!getenv("CRIU_PAGE_WRITERS"))
-		setenv_count("CRIU_PAGE_WRITERS", sysconf(_SC_NPROCESSORS_ONLN), 1,
-			     CRIU_PAGE_WRITERS_MAX);
-	/* Off unless criu_stage_page_parts: only the staging's commit joins
-	 * the parts, and an image whose parts nobody joined cannot restore.
-	 * The user may keep it off ("0"), never turn it on. Made once, before
-	 * any thread: later only its value changes. */
-	if (!page_parts_made && (!parts || strcmp(parts, "0") != 0)) {
-		setenv("CRIU_PAGE_WRITER_PARTS", "", 1);
-		page_parts_made = true;
-	}
-}
-
-/* Whether a staged dump may have parts: made off by stasis (not the
- * user's "0"), with chunks. */
-static bool page_parts_possible(void)
-{
-	return page_parts_made && criu_page_writer_chunks();
-}
-
-void criu_stage_page_parts(void)
-{
-	if (page_parts_possible())
-		setenv("CRIU_PAGE_WRITER_PARTS", "1", 1);
-}
-
-uint64_t criu_page_part_bytes(void)
-{
-	return page_parts_possible() ? (uint64_t)criu_page_writers() * CRIU_PAGE_PART_MIN_BYTES : 0;
-}
-
-bool criu_page_writer_parts(void)
-{
-	const char *parts = getenv("CRIU_PAGE_WRITER_PARTS");
-
-	return criu_page_writer_chunks() && parts && strcmp(parts, "1") == 0;
-}
-
-int criu_page_writers(void)
-{
-	const char *n = getenv("CRIU_PAGE_WRITERS");
-	int writers = n ? atoi(n) : 1;
-
-	return writers < 1 ? 1 : writers;
-}
-
-bool criu_page_writer_chunks(void)
-{
-	const char *chunks = getenv("CRIU_PAGE_WRITER_CHUNKS");
-
-	return criu_page_writers() > 1 && chunks && strcmp(chunks, "1") == 0;
-}
-
-/* With stasis's CRIU, a restore fills a task's large mappings from
- * several threads (CRIU_FILL_THREADS, 4 unless set). A cold image of one
- * process filled faster from 16 (the GPU machine's CPUs): w3 5.6 s against
- * 6.5 s, w1 10.9 s against 12.2 s, warm restores too (6 of 8 rounds on
- * three machines; where the disk wants no deeper queue, about the same).
- * A tree's tasks fill side by side, so they share the CPUs, never fewer
- * than the 4 that trees were measured with. The variable is made (empty)
- * before any thread starts, and given its value once the image says how
- * many processes. */
-void criu_reserve_fill_threads(void)
-{
-	if (!getenv("CRIU_FILL_THREADS"))
-		setenv("CRIU_FILL_THREADS", "", 1);
-}
-
-void criu_configure_fill_threads(size_t nprocs)
-{
-	const char *set = getenv("CRIU_FILL_THREADS");
-
-	/* The user's, or not reserved: adding it now could free the
-	 * environment under another thread. */
-	if (!set || *set)
-		return;
-	setenv_count("CRIU_FILL_THREADS",
-		     sysconf(_SC_NPROCESSORS_ONLN) / (long)(nprocs ? nprocs : 1),
-		     CRIU_FILL_THREADS_MIN, CRIU_FILL_THREADS_MAX);
-}
-
-/* CRIU loads every plugin in its libdir. stasis does the GPU steps itself,
- * so CRIU gets only stasis's own plugin (for leftover /dev/nvidia*
- * descriptors), never the cuda plugin, unless the user chose a libdir. */
-static void configure_environment(void)
-{
-	const char *plugins = stasis_criu_plugin_dir();
-	char dir[4096];
-
-	hw_breakpoints_configure_criu();
-	configure_page_writers();
-	/* Ghost files only in folders no user but root can change (stasis's
-	 * CRIU patch 0008): preflight refuses those it sees, and CRIU the
-	 * ones it cannot (in flight in a unix socket, opened after it). */
-	setenv("CRIU_GHOST_ROOT_FOLDERS", "1", 1);
-	/* A runtime's CRIU (runc) link-remaps nothing for stasis. */
-	shm_remap_allow(NULL);
-	if (getenv("CRIU_LIBS_DIR"))
-		return;
-	if (plugins) {
-		setenv("CRIU_LIBS_DIR", plugins, 1);
-		return;
-	}
-	snprintf(dir, sizeof(dir), "%s/criu-no-plugins", stasis_run_dir());
-	if (mkdir_p(dir) == 0)
-		setenv("CRIU_LIBS_DIR", dir, 1);
-}
-
-/* The CRIU binary must be there; CRIU's environment is set up for it. */
 int criu_require(struct stasis_error **err)
 {
 	if (!executable(criu_binary())) {
@@ -230,7 +89,6 @@ int criu_require(struct stasis_error **err)
 		return stasis_error_hint(
 		    err, "build it with 'make' or set STASIS_CRIU to a criu 4.x binary");
 	}
-	configure_environment();
 	return 0;
 }
 
@@ -277,6 +135,8 @@ int criu_version(struct stasis_error **err)
 		return stasis_error_hint(err, "build CRIU 4.x with 'make'");
 	}
 	known = version;
+	/* Asked here, in the preflight, rather than when the dump starts. */
+	criu_takes_settings();
 	return version;
 }
 
@@ -436,10 +296,12 @@ static void choose_network_lock(criu_opts *opts, bool tcp_established)
  * NCCL rank failed. */
 #define GHOST_LIMIT (256u << 20)
 
-static criu_notify_fn current_notify;
+/* libcriu calls back with no pointer of the caller's: the operation that
+ * runs CRIU from this thread. */
+static _Thread_local criu_notify_fn current_notify;
 
 /* The last notification's answer; -1 until one comes. */
-static int notify_result = -1;
+static _Thread_local int notify_result = -1;
 
 static int notify_trampoline(char *action, criu_notify_arg_t arg)
 {
@@ -460,12 +322,29 @@ static int criu_call_result(int r)
 	return r == -1 && answered == 0 ? -ECOMM : r;
 }
 
+/* The operation's settings, in a configuration file CRIU reads (opts
+ * takes its path; fd stays open until CRIU is done). */
+static int give_settings(criu_opts *opts, const struct criu_settings *given,
+			 const char *link_remap_dir, int *fd, struct stasis_error **err)
+{
+	struct criu_settings s = given ? *given : (struct criu_settings){0};
+	char path[64];
+	int r;
+
+	s.link_remap_dir = link_remap_dir;
+	r = criu_settings_file(&s, fd, path, sizeof(path), err);
+	if (r == 0 && criu_local_set_config_file(opts, path) < 0)
+		r = stasis_error_errno(err, ENOMEM, "giving CRIU its settings");
+	return r;
+}
+
 int criu_run_dump(const struct criu_dump_request *req, struct stasis_error **err)
 {
 	const char *work = req->work_dir ? req->work_dir : req->images_dir;
 	const char *log_file = log_name(req->log, req->log_file);
 	_cleanup_close_ int dirfd = open(req->images_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	_cleanup_close_ int workfd = open(work, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	_cleanup_close_ int settings_fd = -1;
 	criu_opts *opts = NULL;
 	int r;
 
@@ -477,6 +356,12 @@ int criu_run_dump(const struct criu_dump_request *req, struct stasis_error **err
 		r = new_opts(&opts, err);
 	if (r < 0)
 		return r;
+	r = give_settings(opts, req->settings, req->link_remap ? req->link_remap_dir : NULL,
+			  &settings_fd, err);
+	if (r < 0) {
+		criu_local_free_opts(opts);
+		return r;
+	}
 	criu_local_set_pid(opts, req->pid);
 	criu_local_set_images_dir_fd(opts, dirfd);
 	criu_local_set_work_dir_fd(opts, workfd);
@@ -489,7 +374,6 @@ int criu_run_dump(const struct criu_dump_request *req, struct stasis_error **err
 	choose_network_lock(opts, req->tcp_established);
 	criu_local_set_link_remap(opts, req->link_remap);
 	criu_local_set_ghost_limit(opts, GHOST_LIMIT);
-	shm_remap_allow(req->link_remap ? req->link_remap_dir : NULL);
 	criu_local_set_file_locks(opts, true);
 	for (size_t i = 0; i < req->nexternals; i++)
 		criu_local_add_external(opts, req->externals[i]);
@@ -510,6 +394,7 @@ int criu_run_restore(const struct criu_restore_request *req, pid_t *root_out,
 	const char *log_file = log_name(req->log, req->log_file);
 	_cleanup_close_ int dirfd = open(req->images_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	_cleanup_close_ int workfd = open(req->work_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	_cleanup_close_ int settings_fd = -1;
 	criu_opts *opts = NULL;
 	int r;
 
@@ -522,13 +407,17 @@ int criu_run_restore(const struct criu_restore_request *req, pid_t *root_out,
 		r = new_opts(&opts, err);
 	if (r < 0)
 		return r;
+	r = give_settings(opts, req->settings, req->link_remap_dir, &settings_fd, err);
+	if (r < 0) {
+		criu_local_free_opts(opts);
+		return r;
+	}
 	criu_local_set_images_dir_fd(opts, dirfd);
 	criu_local_set_work_dir_fd(opts, workfd);
 	criu_local_set_log_file(opts, log_file);
 	criu_local_set_log_level(opts, log_level(req->log));
 	criu_local_set_shell_job(opts, req->shell_job);
 	criu_local_set_ext_unix_sk(opts, req->ext_unix_sk);
-	shm_remap_allow(req->link_remap_dir);
 	criu_local_set_tcp_established(opts, req->tcp_established);
 	choose_network_lock(opts, req->tcp_established);
 	criu_local_set_file_locks(opts, true);

@@ -74,12 +74,3 @@ void shm_remap_remove(const char *name)
 		unlinkat(fd, name, AT_REMOVEDIR); /* fails, as it should, unless empty */
 	close(fd);
 }
-
-void shm_remap_allow(const char *name)
-{
-	char dir[64];
-
-	/* Relative to the root, as CRIU takes it. */
-	snprintf(dir, sizeof(dir), "%s%s", SHM_DIR + 1, name ? name : "");
-	setenv("CRIU_LINK_REMAP_DIR", name ? dir : "-", 1);
-}

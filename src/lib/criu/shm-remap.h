@@ -27,8 +27,4 @@ int shm_remap_check(const char *name, struct stasis_error **err);
 /* Remove the folder if it is empty (CRIU removed its links). */
 void shm_remap_remove(const char *name);
 
-/* Tell the CRIU stasis runs next where link remaps may go: into name, or
- * (NULL) nowhere. */
-void shm_remap_allow(const char *name);
-
 #endif

@@ -303,30 +303,21 @@ static int resume(void *ctx, const struct plugin_request *req, struct stasis_err
 
 static const struct plugin_channel_ops handoff_ops = {.threads = threads, .resume = resume};
 
-void gpu_handoff_reserve_environment(void)
+const char *gpu_handoff_socket(const struct gpu_handoff *h)
 {
-	setenv("STASIS_NVIDIA_DEV_MAP", "", 1);
-	setenv("STASIS_PLUGIN_SOCKET", "", 1);
+	return h->channel ? plugin_channel_socket(h->channel) : NULL;
 }
 
 int gpu_handoff_dump_begin(struct gpu_handoff *h, const struct gpu_dump_plan *plan,
 			   struct stasis_error **err)
 {
-	char socket[108]; /* sun_path */
-	int r;
-
 	memset(h, 0, sizeof(*h));
 	h->dump_plan = *plan;
 	h->m = plan->m;
 	h->dump = plan->batch;
 	if (!h->dump->n)
 		return 0;
-	r = plugin_channel_open(&handoff_ops, h, &h->channel, err);
-	if (r == 0) {
-		plugin_channel_path(socket, sizeof(socket));
-		setenv("STASIS_PLUGIN_SOCKET", socket, 1);
-	}
-	return r;
+	return plugin_channel_open(&handoff_ops, h, &h->channel, err);
 }
 
 int gpu_handoff_dump_end(struct gpu_handoff *h, int dumped, struct stasis_error **err)
@@ -336,7 +327,6 @@ int gpu_handoff_dump_end(struct gpu_handoff *h, int dumped, struct stasis_error 
 
 	if (!h->channel)
 		return dumped;
-	setenv("STASIS_PLUGIN_SOCKET", "", 1);
 	r = plugin_channel_close(h->channel, &e);
 	h->channel = NULL;
 	/* The GPU step's own failure is the cause of CRIU's. */

@@ -62,10 +62,9 @@ int gpu_handoff_restore_begin(struct gpu_handoff *h, struct manifest *m,
 			      const struct gpu_plan *plan, bool by_ns_pid,
 			      struct stasis_error **err);
 
-/* Puts the plugin's variables in the environment, empty, while stasis has
- * one thread: later only their values change (setenv then replaces a
- * value and never grows the environment under a thread reading it). */
-void gpu_handoff_reserve_environment(void);
+/* The socket CRIU's plugin reaches this handoff at (its setting
+ * STASIS_PLUGIN_SOCKET), NULL without GPU work; valid until its end. */
+const char *gpu_handoff_socket(const struct gpu_handoff *h);
 
 /* Serve the GPU lock and checkpoint of the plan's processes (before CRIU
  * or runc starts dumping; nothing to serve when there are none), and,

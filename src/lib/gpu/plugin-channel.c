@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <stdatomic.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -207,16 +208,25 @@ int plugin_channel_serve_fd(const struct plugin_channel_ops *ops, void *ctx, int
 	return ch.result < 0 ? ch.result : ch.worked;
 }
 
-void plugin_channel_path(char *path, size_t len)
+const char *plugin_channel_socket(const struct plugin_channel *ch)
 {
-	snprintf(path, len, "%s/plugin-%d.sock", stasis_run_dir(), (int)getpid());
+	return ch->path;
+}
+
+/* A name no other channel of any process has while it lives. */
+static void channel_path(char *path, size_t len)
+{
+	static atomic_uint made;
+
+	snprintf(path, len, "%s/plugin-%d-%u.sock", stasis_run_dir(), (int)getpid(),
+		 atomic_fetch_add(&made, 1));
 }
 
 static int listen_at(struct plugin_channel *ch, struct stasis_error **err)
 {
 	struct sockaddr_un addr = {.sun_family = AF_UNIX};
 
-	plugin_channel_path(ch->path, sizeof(ch->path));
+	channel_path(ch->path, sizeof(ch->path));
 	if (strlen(ch->path) >= sizeof(addr.sun_path) - 1)
 		return stasis_error_errno(err, ENAMETOOLONG, "socket path %s is too long",
 					  ch->path);

@@ -42,9 +42,9 @@ struct plugin_channel_ops {
 
 struct plugin_channel;
 
-/* Where this process's channel listens; the caller puts it in
- * $STASIS_PLUGIN_SOCKET before CRIU starts. */
-void plugin_channel_path(char *path, size_t len);
+/* Where ch listens: a socket of its own, so that each operation of a
+ * process has one; its CRIU gets it as STASIS_PLUGIN_SOCKET. */
+const char *plugin_channel_socket(const struct plugin_channel *ch);
 
 int plugin_channel_open(const struct plugin_channel_ops *ops, void *ctx,
 			struct plugin_channel **out, struct stasis_error **err);

@@ -33,7 +33,7 @@ int image_stage_start(const char *stage, const char *dir, struct image_stager **
 /* Once CRIU is done: copy every staged file to DIR/criu, several at once,
  * checksumming on the way into m's file list and freeing the staged bytes
  * as they are written; then flush DIR to disk. A file CRIU wrote in parts
- * (NAME, then NAME.part-1, NAME.part-2, ...: criu_stage_page_parts) is
+ * (NAME, then NAME.part-1, NAME.part-2, ...: criu-settings.h, page_parts) is
  * written as one, its parts appended in order; a part without its file, or
  * a gap, fails it. SIGINT/SIGTERM stop it with EINTR. */
 int image_stage_commit(struct image_stager *s, struct manifest *m, struct stasis_error **err);

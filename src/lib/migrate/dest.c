@@ -305,11 +305,13 @@ static void kill_restored(struct receipt *rc)
 static int restore(struct receipt *rc, struct stasis_error **err)
 {
 	_cleanup_error_ struct stasis_error *gpu_err = NULL;
+	struct criu_settings settings = {.dev_map = rc->plan.dev_map, .fill_nprocs = rc->m.nprocs};
 	struct criu_restore_request req = {
 	    .images_dir = rc->stage,
 	    .work_dir = rc->stage,
 	    .log_file = "restore.log",
 	    .detach = true,
+	    .settings = &settings,
 	};
 	struct gpu_handoff handoff;
 	uint64_t start = now_usec();
@@ -341,6 +343,7 @@ static int restore(struct receipt *rc, struct stasis_error **err)
 	r = gpu_handoff_restore_begin(&handoff, &rc->m, &rc->plan, rc->pidns, err);
 	if (r < 0)
 		return r;
+	settings.plugin_socket = gpu_handoff_socket(&handoff);
 	progress_begin("CRIU restore of %zu process%s", rc->m.nprocs,
 		       rc->m.nprocs == 1 ? "" : "es");
 	r = criu_run_restore(&req, &rc->root, err);
@@ -500,14 +503,6 @@ static int receive_one(const struct stasis_receive_options *o, struct tls_channe
 	return r;
 }
 
-/* The variables stasis's CRIU plugin reads, made before any thread
- * starts (see restore.c). */
-static void reserve_plugin_environment(void)
-{
-	setenv("STASIS_NVIDIA_DEV_MAP", "", 1);
-	setenv("STASIS_PLUGIN_SOCKET", "", 1);
-}
-
 int stasis_receive(const struct stasis_receive_options *o, stasis_receive_report_fn report,
 		   void *ctx, struct stasis_error **err)
 {
@@ -517,7 +512,6 @@ int stasis_receive(const struct stasis_receive_options *o, stasis_receive_report
 	struct gate *gate = NULL;
 	int r;
 
-	reserve_plugin_environment();
 	signal(SIGPIPE, SIG_IGN);
 	r = stasis_require_root(err);
 	if (r == 0)

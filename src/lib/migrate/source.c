@@ -412,7 +412,7 @@ static int migrate_frozen(const struct stasis_migrate_options *o, struct gpu_bat
 		return confirm_running(err);
 	}
 	r = checkpoint_dump_gpus_inside(&(struct gpu_dump_plan){.batch = batch, .m = mig.m},
-					dump_to_wire, NULL, err);
+					&mig.t->criu, dump_to_wire, NULL, err);
 	r = checkpoint_dump_end(batch, mig.m, false, r, err);
 	if (r < 0 && !mig.committed)
 		return confirm_running(err);
@@ -501,7 +501,6 @@ int stasis_migrate(const struct stasis_migrate_options *o, struct manifest *m,
 	mig.m = m;
 	mig.st = st;
 	mig.err = err;
-	gpu_handoff_reserve_environment();
 	signal(SIGPIPE, SIG_IGN);
 	restart_after_signals();
 	r = stasis_require_root(err);

@@ -236,7 +236,7 @@ static int containerd_dump(struct target *t, struct manifest *m, struct stasis_e
 		return stasis_error_hint(err, "nothing was dumped; the container runs on");
 	progress_begin("runc checkpoint of %zu process%s", m->nprocs, m->nprocs == 1 ? "" : "es");
 	r = runc_checkpoint(t->runc_root, t->id, t->images, t->work[0] ? t->work : t->images,
-			    leave_running, err);
+			    leave_running, &t->criu, err);
 	progress_end();
 	manifest_add_phase(m, "runc_checkpoint", now_usec() - start);
 	if (r == 0 && t->snapshot[0])

@@ -93,7 +93,7 @@ static int runc_dump(struct target *t, struct manifest *m, struct stasis_error *
 					"runc checkpoint failed: injected fault");
 	progress_begin("runc checkpoint of %zu process%s", m->nprocs, m->nprocs == 1 ? "" : "es");
 	r = runc_checkpoint(NULL, t->id, t->images, t->work[0] ? t->work : t->images,
-			    t->checkpoint->leave_running, err);
+			    t->checkpoint->leave_running, &t->criu, err);
 	progress_end();
 	manifest_add_phase(m, "runc_checkpoint", now_usec() - start);
 	return r;
@@ -223,7 +223,7 @@ static int runc_dump_held(struct target *t, struct manifest *m, int (*held)(void
 	else
 		snprintf(work, sizeof(work), "%s/runc", t->dir);
 	progress_begin("runc checkpoint of %zu process%s", m->nprocs, m->nprocs == 1 ? "" : "es");
-	r = runc_checkpoint(NULL, t->id, t->images, work, true, err);
+	r = runc_checkpoint(NULL, t->id, t->images, work, true, &t->criu, err);
 	progress_end();
 	manifest_add_phase(m, "runc_checkpoint", now_usec() - start);
 	if (r == 0)
@@ -275,7 +275,7 @@ static int runc_restore_images(struct target *t, struct manifest *m,
 		snprintf(work, sizeof(work), "%s", t->work);
 	else
 		snprintf(work, sizeof(work), "%s/restore-%d", t->dir, (int)getpid());
-	r = runc_restore(t->id, t->bundle, t->images, work, err);
+	r = runc_restore(t->id, t->bundle, t->images, work, &t->criu, err);
 	/* A migration's image was made while the container was paused, and
 	 * CRIU restores the freezer's state too (after the GPU restore). */
 	if (r == 0 && runc_state(t->id, &c, NULL) == 0 && strcmp(c.status, "paused") == 0)

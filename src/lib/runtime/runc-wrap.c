@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "criu-rpc.h"
+#include "criu-settings.h"
 #include "rootfs-diff.h"
 #include "runc.h"
 #include "util.h"
@@ -197,12 +198,28 @@ static int prepare_bundle(char **argv, int command, const char *bundle, const ch
 /* "runc GLOBALS create [options] ID" becomes "runc GLOBALS restore
  * --detach ... ID" for the image of the request; create's options that
  * restore does not take are dropped. */
+/* The restore's CRIU settings (the plugin's socket and device map) in
+ * work/criu.conf, and "CRIU_CONFIG_FILE=" it into env. */
+static int criu_conf_env(const char *work, const char *socket, const char *dev_map, char *env,
+			 size_t len)
+{
+	struct criu_settings s = {.plugin_socket = socket, .dev_map = dev_map};
+	char conf[PATH_MAX + 32];
+
+	snprintf(conf, sizeof(conf), "%s/criu.conf", work);
+	if (criu_settings_conf(&s, conf, NULL, NULL) < 0)
+		return -1;
+	snprintf(env, len, "CRIU_CONFIG_FILE=%s", conf);
+	return 0;
+}
+
 static int restore_instead(char **argv, int command, int argc, char *request[REQUEST_LINES],
 			   const char *dir)
 {
 	char **out = calloc((size_t)argc + 16, sizeof(*out));
 	char done[PATH_MAX + 32], path[PATH_MAX + 32], bundle[PATH_MAX];
 	static char criu_path[2 * PATH_MAX]; /* in the environment: putenv */
+	static char conf_env[PATH_MAX + 64];
 	int n = 0, r;
 
 	if (!out)
@@ -236,10 +253,11 @@ static int restore_instead(char **argv, int command, int argc, char *request[REQ
 	out[n] = NULL;
 	runc_criu_path(criu_path, sizeof(criu_path));
 	putenv(criu_path);
-	setenv("STASIS_PLUGIN_SOCKET", request[2], 1);
-	setenv("STASIS_NVIDIA_DEV_MAP", request[3], 1);
-	criu_require(NULL); /* CRIU's plugins and environment */
 	mkdir_p(request[1]);
+	/* This process only runs runc: what runc's CRIU gets goes into the
+	 * environment it hands down. */
+	if (criu_conf_env(request[1], request[2], request[3], conf_env, sizeof(conf_env)) == 0)
+		putenv(conf_env);
 	r = run_with_stdio(out);
 	free(out);
 	snprintf(path, sizeof(path), "%s/" REQUEST, dir);

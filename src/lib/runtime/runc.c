@@ -163,12 +163,30 @@ static char *const *env_with_criu_path(char *const env[], char *path, size_t len
 	return full;
 }
 
+/* runc's CRIU reads CRIU_CONFIG_FILE (before runc's own runc.conf): a
+ * file of root's in work with the operation's settings and, where given,
+ * more lines (extra). env gets the variable. */
+static int criu_conf(const char *work, const struct criu_settings *settings, const char *extra,
+		     char *env, size_t len, struct stasis_error **err)
+{
+	char conf[PATH_MAX + 32];
+	int r;
+
+	snprintf(conf, sizeof(conf), "%s/criu.conf", work);
+	r = criu_settings_conf(settings, conf, extra, err);
+	if (r == 0)
+		snprintf(env, len, "CRIU_CONFIG_FILE=%s", conf);
+	return r;
+}
+
 static int run_criu_command(const char *root, const char *command, const char *criu_log_name,
 			    const char *id, const char *work, const char *const *args,
-			    char *const env[], struct stasis_error **err)
+			    const struct criu_settings *settings, const char *conf_extra,
+			    struct stasis_error **err)
 {
 	char log[PATH_MAX + 16], criu_log[PATH_MAX + 16], path[2 * PATH_MAX];
-	char *full[16];
+	char conf_env[PATH_MAX + 64];
+	char *full[16], *env[] = {conf_env, NULL};
 	const char *argv[32] = {runc_binary(), "--log",	 log,	       "--log-format",
 				"json",	       "--criu", criu_binary()};
 	size_t n = 7;
@@ -188,12 +206,18 @@ static int run_criu_command(const char *root, const char *command, const char *c
 	snprintf(criu_log, sizeof(criu_log), "%s/%s", work, criu_log_name);
 	if (mkdir_p(work) < 0)
 		return stasis_error_errno(err, errno, "creating %s", work);
+	r = criu_conf(work, settings, conf_extra, conf_env, sizeof(conf_env), err);
+	if (r < 0)
+		return r;
 	r = exec_run_env(argv, env_with_criu_path(env, path, sizeof(path), full), NULL);
+	/* Not left in the image folder, where work may be. */
+	unlink(conf_env + strlen("CRIU_CONFIG_FILE="));
 	return r == 0 ? 0 : runc_failure(err, command, id, log, criu_log);
 }
 
 int runc_checkpoint(const char *root, const char *id, const char *images, const char *work,
-		    bool leave_running, struct stasis_error **err)
+		    bool leave_running, const struct criu_settings *settings,
+		    struct stasis_error **err)
 {
 	const char *args[] = {"--image-path",
 			      images,
@@ -204,7 +228,8 @@ int runc_checkpoint(const char *root, const char *id, const char *images, const 
 			      leave_running ? id : NULL,
 			      NULL};
 
-	return run_criu_command(root, "checkpoint", "dump.log", id, work, args, NULL, err);
+	return run_criu_command(root, "checkpoint", "dump.log", id, work, args, settings, NULL,
+				err);
 }
 
 void runc_cgroup2_path(const char *own, const char *cgroups_path, const char *id, char *out,
@@ -238,48 +263,35 @@ static void spec_cgroups_path(const char *bundle, char *out, size_t len)
 /* On cgroup v2, runc gives CRIU no cgroup root at restore: CRIU would put
  * the restored tasks into the cgroup written in the image, the old
  * container's (on one host, frozen, when it was paused for a migration),
- * not the one runc made for id. A CRIU configuration file (CRIU_CONFIG_FILE,
- * which CRIU reads before runc's requests) gives it that root. Fills env
- * with the variable, or leaves it empty on cgroup v1. */
-static int cgroup2_root_conf(const char *bundle, const char *id, const char *work, char *env,
-			     size_t len, struct stasis_error **err)
+ * not the one runc made for id. The configuration file CRIU reads before
+ * runc's requests gives it that root: its line into line, or "" on cgroup
+ * v1. */
+static void cgroup2_root_line(const char *bundle, const char *id, char *line, size_t len)
 {
-	char own[PATH_MAX], spec_path[PATH_MAX], root[PATH_MAX], conf[PATH_MAX + 32];
-	_cleanup_close_ int fd = -1;
+	char own[PATH_MAX], spec_path[PATH_MAX], root[PATH_MAX];
 
-	env[0] = '\0';
+	line[0] = '\0';
 	if (access("/sys/fs/cgroup/cgroup.controllers", F_OK) < 0)
-		return 0;
+		return;
 	proc_cgroup(getpid(), own, sizeof(own));
 	if (!own[0])
-		return 0;
+		return;
 	spec_cgroups_path(bundle, spec_path, sizeof(spec_path));
 	runc_cgroup2_path(own, spec_path, id, root, sizeof(root));
-	snprintf(conf, sizeof(conf), "%s/criu-cgroup.conf", work);
-	fd = open(conf, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
 	/* ":" names the cgroup v2 hierarchy alone (CRIU's controller ""). */
-	if (fd < 0 || dprintf(fd, "cgroup-root :%s\n", root) < 0)
-		return stasis_error_errno(err, errno, "writing %s", conf);
-	snprintf(env, len, "CRIU_CONFIG_FILE=%s", conf);
-	return 0;
+	snprintf(line, len, "cgroup-root :%s\n", root);
 }
 
 int runc_restore(const char *id, const char *bundle, const char *images, const char *work,
-		 struct stasis_error **err)
+		 const struct criu_settings *settings, struct stasis_error **err)
 {
 	const char *args[] = {"--detach", "--image-path", images, "--work-path", work, "--bundle",
 			      bundle,	  "--file-locks", id,	  NULL};
-	char conf_env[PATH_MAX + 64];
-	char *env[] = {conf_env, NULL};
-	int r;
+	char cgroup_root[PATH_MAX + 32];
 
-	if (mkdir_p(work) < 0)
-		return stasis_error_errno(err, errno, "creating %s", work);
-	r = cgroup2_root_conf(bundle, id, work, conf_env, sizeof(conf_env), err);
-	if (r < 0)
-		return r;
-	return run_criu_command(NULL, "restore", "restore.log", id, work, args,
-				conf_env[0] ? env : NULL, err);
+	cgroup2_root_line(bundle, id, cgroup_root, sizeof(cgroup_root));
+	return run_criu_command(NULL, "restore", "restore.log", id, work, args, settings,
+				cgroup_root, err);
 }
 
 void runc_destroy(const char *id)

@@ -7,6 +7,7 @@
 #include <stdbool.h>
 #include <sys/types.h>
 
+#include "criu-settings.h"
 #include "error.h"
 
 struct runc_container {
@@ -40,11 +41,12 @@ int runc_list(struct runc_container **out, size_t *n, struct stasis_error **err)
  * work folder; the container is gone after unless leave_running. root is
  * runc's state folder (--root), NULL for runc's own. */
 int runc_checkpoint(const char *root, const char *id, const char *images, const char *work,
-		    bool leave_running, struct stasis_error **err);
+		    bool leave_running, const struct criu_settings *settings,
+		    struct stasis_error **err);
 
 /* runc restore --detach from images as container id with bundle. */
 int runc_restore(const char *id, const char *bundle, const char *images, const char *work,
-		 struct stasis_error **err);
+		 const struct criu_settings *settings, struct stasis_error **err);
 
 /* The cgroup v2 path (from the hierarchy's root) that runc's cgroupfs driver
  * gives container id: the spec's linux.cgroupsPath (cgroups_path, NULL or

@@ -12,6 +12,7 @@
 #include <stdbool.h>
 #include <sys/types.h>
 
+#include "criu-settings.h"
 #include "error.h"
 #include "gpumap.h"
 #include "image.h"
@@ -114,6 +115,9 @@ struct target {
 	 * folder; at restore, a folder restore-PID in dir (a migration's
 	 * staging folder). */
 	char work[PATH_MAX];
+	/* What its CRIU gets beyond its options: the GPU handoff's socket, the
+	 * restore's device map, ... (criu-settings.h) */
+	struct criu_settings criu;
 };
 
 extern const struct target_ops target_tree;

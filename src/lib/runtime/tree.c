@@ -122,6 +122,7 @@ static int tree_dump(struct target *t, struct manifest *m, struct stasis_error *
 	    .ext_unix_sk = o->ext_unix_sk,
 	    .link_remap = m->options.link_remap,
 	    .link_remap_dir = m->options.link_remap_dir,
+	    .settings = &t->criu,
 	    .notify = on_dump_notify,
 	};
 	int r;
@@ -207,6 +208,7 @@ static int tree_dump_held(struct target *t, struct manifest *m, int (*held)(void
 	    .images_dir = t->images,
 	    .work_dir = t->work[0] ? t->work : NULL,
 	    .log_file = "dump.log",
+	    .settings = &t->criu,
 	    .notify = on_held_notify,
 	};
 	int r;
@@ -332,6 +334,7 @@ static int tree_restore(struct target *t, struct manifest *m, struct image_verif
 	    .tcp_established = m->options.tcp_established,
 	    .ext_unix_sk = m->options.ext_unix_sk,
 	    .link_remap_dir = m->options.link_remap ? m->options.link_remap_dir : NULL,
+	    .settings = &t->criu,
 	    .notify = on_restore_notify,
 	};
 	sigset_t stop, before;
