@@ -46,15 +46,30 @@ static void map_path(const char *path, char *out, size_t len)
 	}
 }
 
+/* The driver's capability devices ("/dev/nvidia-caps/nvidia-cap1"),
+ * which a process opens where the driver has them: a DataLoader worker
+ * inherits them from its CUDA parent with the rest. */
+#define CAPS_FOLDER "-caps/nvidia-cap"
+
 /* A recorded path that names a device of the driver's and nothing else:
  * the prefix, then letters, digits and '-' ("/dev/nvidia0", "-uvm",
- * "ctl"), no folder and no '..'. */
+ * "ctl"), or a capability's number in its folder; no other folder and no
+ * '..'. */
 static bool device_name_ok(const char *path)
 {
 	const char *rest = path + strlen(plugin_dev_prefix());
 
 	if (strncmp(path, plugin_dev_prefix(), strlen(plugin_dev_prefix())) != 0 || !*rest)
 		return false;
+	if (strncmp(rest, CAPS_FOLDER, strlen(CAPS_FOLDER)) == 0) {
+		rest += strlen(CAPS_FOLDER);
+		if (!*rest)
+			return false;
+		for (const char *c = rest; *c; c++)
+			if (!isdigit((unsigned char)*c))
+				return false;
+		return true;
+	}
 	for (const char *c = rest; *c; c++)
 		if (!isalnum((unsigned char)*c) && *c != '-')
 			return false;

@@ -5,7 +5,7 @@
  *   fake-cuda-worker DIR [CHILDREN]
  * DIR/count-PID holds each process's counter; DIR/log its events.
  * Leftover device references, as a real CUDA process's forked child has:
- *   FAKE_WORKER_DEVFILE=PATH   open PATH before forking and keep it open
+ *   FAKE_WORKER_DEVFILE=PATH[:PATH...]   open each before forking and keep it open
  *   FAKE_WORKER_DEVMAP=PATH    map PATH shared as well
  *   FAKE_WORKER_IDLE_CHILD=1   fork a child that never "uses CUDA"
  * A thread of a given name beside the counting one (a framework's helper):
@@ -153,8 +153,12 @@ static void hold_device_refs(void)
 {
 	const char *file = getenv("FAKE_WORKER_DEVFILE"), *map = getenv("FAKE_WORKER_DEVMAP");
 
-	if (file && *file && open(file, O_RDWR) < 0)
-		exit(3);
+	char paths[4096], *save = NULL;
+
+	snprintf(paths, sizeof(paths), "%s", file ? file : "");
+	for (char *p = strtok_r(paths, ":", &save); p; p = strtok_r(NULL, ":", &save))
+		if (open(p, O_RDWR) < 0)
+			exit(3);
 	if (map && *map) {
 		int fd = open(map, O_RDWR);
 
