@@ -299,6 +299,7 @@ static void choose_network_lock(criu_opts *opts, bool tcp_established)
 /* libcriu calls back with no pointer of the caller's: the operation that
  * runs CRIU from this thread. */
 static _Thread_local criu_notify_fn current_notify;
+static _Thread_local void *current_notify_ctx;
 
 /* The last notification's answer; -1 until one comes. */
 static _Thread_local int notify_result = -1;
@@ -306,7 +307,7 @@ static _Thread_local int notify_result = -1;
 static int notify_trampoline(char *action, criu_notify_arg_t arg)
 {
 	(void)arg;
-	notify_result = current_notify ? current_notify(action) : 0;
+	notify_result = current_notify ? current_notify(action, current_notify_ctx) : 0;
 	return notify_result;
 }
 
@@ -378,6 +379,7 @@ int criu_run_dump(const struct criu_dump_request *req, struct stasis_error **err
 	for (size_t i = 0; i < req->nexternals; i++)
 		criu_local_add_external(opts, req->externals[i]);
 	current_notify = req->notify;
+	current_notify_ctx = req->notify_ctx;
 	if (req->notify)
 		criu_local_set_notify_cb(opts, notify_trampoline);
 	r = criu_call_result(criu_local_dump(opts));
@@ -424,6 +426,7 @@ int criu_run_restore(const struct criu_restore_request *req, pid_t *root_out,
 	for (size_t i = 0; i < req->ninherit; i++)
 		criu_local_add_inherit_fd(opts, req->inherit_fds[i], req->inherit_keys[i]);
 	current_notify = req->notify;
+	current_notify_ctx = req->notify_ctx;
 	if (req->notify)
 		criu_local_set_notify_cb(opts, notify_trampoline);
 	/* restore_child makes the restored root our child; plain restore leaves

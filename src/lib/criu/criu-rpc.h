@@ -15,7 +15,7 @@
 /* Called for CRIU's notifications ("post-dump", "post-restore", ...);
  * non-zero fails the operation: CRIU resumes a dumped tree, kills a
  * restored one. */
-typedef int (*criu_notify_fn)(const char *action);
+typedef int (*criu_notify_fn)(const char *action, void *ctx);
 
 struct stasis_criu_log;
 struct criu_settings;
@@ -36,6 +36,7 @@ struct criu_dump_request {
 	size_t nexternals;
 	const struct criu_settings *settings; /* the operation's; NULL: none */
 	criu_notify_fn notify;
+	void *notify_ctx; /* notify's second argument */
 };
 
 struct criu_restore_request {
@@ -55,6 +56,7 @@ struct criu_restore_request {
 	/* "post-restore" comes with the tree restored but not yet running;
 	 * non-zero there makes CRIU kill it. */
 	criu_notify_fn notify;
+	void *notify_ctx; /* notify's second argument */
 };
 
 /* Path of the criu binary stasis uses: $STASIS_CRIU, next to stasis, PATH. */

@@ -69,9 +69,8 @@ static int tree_describe(struct target *t, struct manifest *m, struct stasis_err
 	return r;
 }
 
-/* What the post-dump notification needs: CRIU calls back without a
- * user pointer, and one stasis run does one checkpoint. */
-static struct {
+/* What the post-dump notification needs. */
+struct post_dump {
 	const char *dir;
 	struct manifest *m;
 	struct stasis_error **err;
@@ -80,36 +79,37 @@ static struct {
 	uint64_t dump_start;
 	int result;
 	bool sealed;
-} post_dump;
+};
 
 /* The tree is still frozen here. Only once the image is on disk may CRIU
  * kill it; a non-zero answer makes CRIU resume the tree instead. With
  * leave_running the orchestration seals the image once the tree runs;
  * only the compression ends here, as CRIU's pipes hold references to the
  * tree's own pages until they are read. */
-static int on_dump_notify(const char *action)
+static int on_dump_notify(const char *action, void *ctx)
 {
+	struct post_dump *pd = ctx;
+
 	if (strcmp(action, "post-dump") != 0)
 		return 0;
-	manifest_add_phase(post_dump.m, "criu_dump", now_usec() - post_dump.dump_start);
+	manifest_add_phase(pd->m, "criu_dump", now_usec() - pd->dump_start);
 	progress_end();
-	if (!post_dump.dir && !post_dump.packer)
+	if (!pd->dir && !pd->packer)
 		return 0;
-	post_dump.result = stasis_check_interrupted("sigterm-before-manifest",
-						    "writing the manifest", post_dump.err);
-	if (post_dump.result == 0)
-		post_dump.result =
-		    checkpoint_pack_finish(post_dump.packer, post_dump.m, post_dump.err);
-	if (post_dump.result == 0 && post_dump.dir)
-		post_dump.result = checkpoint_seal_image(post_dump.dir, post_dump.m,
-							 post_dump.follower, post_dump.err);
-	post_dump.sealed = post_dump.result == 0 && post_dump.dir;
-	return post_dump.result < 0 ? 1 : 0;
+	pd->result =
+	    stasis_check_interrupted("sigterm-before-manifest", "writing the manifest", pd->err);
+	if (pd->result == 0)
+		pd->result = checkpoint_pack_finish(pd->packer, pd->m, pd->err);
+	if (pd->result == 0 && pd->dir)
+		pd->result = checkpoint_seal_image(pd->dir, pd->m, pd->follower, pd->err);
+	pd->sealed = pd->result == 0 && pd->dir;
+	return pd->result < 0 ? 1 : 0;
 }
 
 static int tree_dump(struct target *t, struct manifest *m, struct stasis_error **err)
 {
 	const struct stasis_checkpoint_options *o = t->checkpoint;
+	struct post_dump state = {0}, *pd = &state;
 	struct criu_dump_request req = {
 	    .pid = t->root,
 	    .images_dir = t->images,
@@ -124,29 +124,30 @@ static int tree_dump(struct target *t, struct manifest *m, struct stasis_error *
 	    .link_remap_dir = m->options.link_remap_dir,
 	    .settings = &t->criu,
 	    .notify = on_dump_notify,
+	    .notify_ctx = pd,
 	};
 	int r;
 
-	post_dump.dir = o->leave_running ? NULL : t->dir;
-	post_dump.m = m;
-	post_dump.err = err;
-	post_dump.result = 0;
-	post_dump.sealed = false;
-	post_dump.dump_start = now_usec();
+	pd->dir = o->leave_running ? NULL : t->dir;
+	pd->m = m;
+	pd->err = err;
+	pd->result = 0;
+	pd->sealed = false;
+	pd->dump_start = now_usec();
 	if (fault_at("criu-dump", 0))
 		return stasis_error_set(err, EIO, STASIS_DOMAIN_CRIU, 0,
 					"criu dump failed: injected fault");
-	post_dump.follower = NULL;
-	post_dump.packer = NULL;
+	pd->follower = NULL;
+	pd->packer = NULL;
 	if (o->compress) {
-		r = image_pack_start(t->dir, m->nprocs, &post_dump.packer, err);
+		r = image_pack_start(t->dir, m->nprocs, &pd->packer, err);
 		if (r < 0)
 			return r;
-		req.images_dir = image_pack_stage(post_dump.packer);
+		req.images_dir = image_pack_stage(pd->packer);
 		req.work_dir = t->work[0] ? t->work : t->images;
-	} else if (post_dump.dir) {
+	} else if (pd->dir) {
 		/* Without the follower the seal hashes everything after the dump. */
-		image_follow_start(t->dir, &post_dump.follower, NULL);
+		image_follow_start(t->dir, &pd->follower, NULL);
 	}
 	if (m->options.link_remap) {
 		r = shm_remap_make(m->options.link_remap_dir, err);
@@ -165,13 +166,13 @@ static int tree_dump(struct target *t, struct manifest *m, struct stasis_error *
 	/* A failed dump removed CRIU's links: the folder is empty then. */
 	if (r < 0 && m->options.link_remap)
 		shm_remap_remove(m->options.link_remap_dir);
-	image_follow_free(post_dump.follower);
-	image_pack_free(post_dump.packer);
+	image_follow_free(pd->follower);
+	image_pack_free(pd->packer);
 	/* CRIU reports the refused notification; the cause is ours. */
-	if (post_dump.result < 0)
-		return post_dump.result;
+	if (pd->result < 0)
+		return pd->result;
 	/* CRIU died once the image was sealed, before it could kill the tree. */
-	if (r < 0 && post_dump.sealed)
+	if (r < 0 && pd->sealed)
 		stasis_error_hint(err,
 				  "the image in %s was sealed before: it is complete; the "
 				  "tree runs on",
@@ -180,29 +181,31 @@ static int tree_dump(struct target *t, struct manifest *m, struct stasis_error *
 }
 
 /* Migration: CRIU holds the tree frozen in its post-dump notification
- * while the migration decides (CRIU calls back without a user pointer;
- * one stasis run does one migration). */
-static struct {
+ * while the migration decides. */
+struct held_dump {
 	struct manifest *m;
 	int (*held)(void *ctx);
 	void *ctx;
 	uint64_t dump_start;
 	int result;
-} held_dump;
+};
 
-static int on_held_notify(const char *action)
+static int on_held_notify(const char *action, void *ctx)
 {
+	struct held_dump *hd = ctx;
+
 	if (strcmp(action, "post-dump") != 0)
 		return 0;
 	progress_end();
-	manifest_add_phase(held_dump.m, "criu_dump", now_usec() - held_dump.dump_start);
-	held_dump.result = held_dump.held(held_dump.ctx);
-	return held_dump.result < 0 ? 1 : 0;
+	manifest_add_phase(hd->m, "criu_dump", now_usec() - hd->dump_start);
+	hd->result = hd->held(hd->ctx);
+	return hd->result < 0 ? 1 : 0;
 }
 
 static int tree_dump_held(struct target *t, struct manifest *m, int (*held)(void *ctx), void *ctx,
 			  struct stasis_error **err)
 {
+	struct held_dump state = {0}, *hd = &state;
 	struct criu_dump_request req = {
 	    .pid = t->root,
 	    .images_dir = t->images,
@@ -210,14 +213,15 @@ static int tree_dump_held(struct target *t, struct manifest *m, int (*held)(void
 	    .log_file = "dump.log",
 	    .settings = &t->criu,
 	    .notify = on_held_notify,
+	    .notify_ctx = hd,
 	};
 	int r;
 
-	held_dump.m = m;
-	held_dump.held = held;
-	held_dump.ctx = ctx;
-	held_dump.result = 0;
-	held_dump.dump_start = now_usec();
+	hd->m = m;
+	hd->held = held;
+	hd->ctx = ctx;
+	hd->result = 0;
+	hd->dump_start = now_usec();
 	if (fault_at("criu-dump", 0))
 		return stasis_error_set(err, EIO, STASIS_DOMAIN_CRIU, 0,
 					"criu dump failed: injected fault");
@@ -226,17 +230,16 @@ static int tree_dump_held(struct target *t, struct manifest *m, int (*held)(void
 	r = criu_run_dump(&req, err);
 	progress_end();
 	/* CRIU reports the refused notification; the cause is ours. */
-	return held_dump.result < 0 ? held_dump.result : r;
+	return hd->result < 0 ? hd->result : r;
 }
 
-/* What the post-restore notification needs (CRIU calls back without a
- * user pointer; one stasis run does one restore). */
-static struct {
+/* What the post-restore notification needs. */
+struct post_restore {
 	struct image_verifier *verifier;
 	struct manifest *m;
 	struct stasis_error **err;
 	int result;
-} post_restore;
+};
 
 /* SIGINT and SIGTERM, which stop a restore. */
 static void stop_signals(sigset_t *set)
@@ -259,8 +262,10 @@ static bool stop_asked(void)
 /* The tree is restored but none of it runs yet: it may run only from an
  * image whose pages match their checksums, and not after a signal to
  * stop. Refused, CRIU kills it. */
-static int on_restore_notify(const char *action)
+static int on_restore_notify(const char *action, void *ctx)
 {
+	struct post_restore *pr = ctx;
+
 	uint64_t start;
 
 	if (strcmp(action, "post-restore") != 0)
@@ -269,16 +274,16 @@ static int on_restore_notify(const char *action)
 	for (int i = 0; i < 300 && fault_at("restore-slow", 0) && !stop_asked(); i++)
 		usleep(100000);
 	if (stop_asked()) {
-		stasis_error_set(post_restore.err, EINTR, STASIS_DOMAIN_SYSTEM, EINTR,
+		stasis_error_set(pr->err, EINTR, STASIS_DOMAIN_SYSTEM, EINTR,
 				 "interrupted by a signal during CRIU's restore");
-		post_restore.result = stasis_error_hint(
-		    post_restore.err, "the partly restored tree was killed; the image is intact");
+		pr->result = stasis_error_hint(
+		    pr->err, "the partly restored tree was killed; the image is intact");
 		return 1;
 	}
 	start = now_usec();
-	post_restore.result = image_verify_wait(post_restore.verifier, post_restore.err);
-	manifest_add_phase(post_restore.m, "verify_wait", now_usec() - start);
-	return post_restore.result < 0 ? 1 : 0;
+	pr->result = image_verify_wait(pr->verifier, pr->err);
+	manifest_add_phase(pr->m, "verify_wait", now_usec() - start);
+	return pr->result < 0 ? 1 : 0;
 }
 
 /* CRIU fails when it cannot read a pages image, as when a compressed one
@@ -324,6 +329,7 @@ static void tree_wait_gone(const struct manifest *m)
 static int tree_restore(struct target *t, struct manifest *m, struct image_verifier *verifier,
 			pid_t *root, struct stasis_error **err)
 {
+	struct post_restore state = {0}, *pr = &state;
 	struct criu_restore_request req = {
 	    .images_dir = image_verifier_criu_dir(verifier),
 	    .work_dir = t->work[0] ? t->work : t->dir,
@@ -336,6 +342,7 @@ static int tree_restore(struct target *t, struct manifest *m, struct image_verif
 	    .link_remap_dir = m->options.link_remap ? m->options.link_remap_dir : NULL,
 	    .settings = &t->criu,
 	    .notify = on_restore_notify,
+	    .notify_ctx = pr,
 	};
 	sigset_t stop, before;
 	int r;
@@ -343,10 +350,10 @@ static int tree_restore(struct target *t, struct manifest *m, struct image_verif
 	if (fault_at("criu-restore", 0))
 		return stasis_error_set(err, EIO, STASIS_DOMAIN_CRIU, 0,
 					"criu restore failed: injected fault");
-	post_restore.verifier = verifier;
-	post_restore.m = m;
-	post_restore.err = err;
-	post_restore.result = 0;
+	pr->verifier = verifier;
+	pr->m = m;
+	pr->err = err;
+	pr->result = 0;
 	progress_begin("CRIU restore of %zu process%s", m->nprocs, m->nprocs == 1 ? "" : "es");
 	/* Ctrl-C reaches CRIU too (one process group), which would die of it
 	 * halfway, its tree waiting for ever: held back meanwhile (CRIU
@@ -362,10 +369,10 @@ static int tree_restore(struct target *t, struct manifest *m, struct image_verif
 		shm_remap_remove(m->options.link_remap_dir);
 	/* CRIU reports the refused notification; the cause is ours (its
 	 * failure's hint, the log, is said by the restore's error). */
-	if (post_restore.result == -EINTR)
+	if (pr->result == -EINTR)
 		stasis_error_hint(err, "the partly restored tree was killed; the image is intact");
-	if (post_restore.result < 0)
-		r = post_restore.result;
+	if (pr->result < 0)
+		r = pr->result;
 	else if (r < 0)
 		r = image_cause(verifier, r, err);
 	image_verifier_record(verifier, m);
