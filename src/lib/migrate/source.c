@@ -52,8 +52,8 @@
 #define RESTORED_TIMEOUT_MIN_MS 600000u
 #define RESTORED_BYTES_PER_MS 200000u
 
-/* One migration per run: CRIU's notification has no user pointer. */
-static struct {
+/* One migration's state, passed to each of its steps. */
+struct migration {
 	struct target *t;
 	struct tls_channel *ch;
 	struct stream_out *stream;
@@ -68,7 +68,7 @@ static struct {
 	uint64_t manifest_bytes; /* on the wire, beside the stream's */
 	int result;
 	bool committed;
-} mig = {.stagefd = -1};
+};
 
 int stasis_compress_parse(const char *text, enum stasis_compress *out)
 {
@@ -87,42 +87,44 @@ int stasis_compress_parse(const char *text, enum stasis_compress *out)
  * never waits on a full pipe, but nothing more is sent. */
 static void deliver(void *ctx, unsigned int id, unsigned char *buf, size_t len, bool end)
 {
-	(void)ctx;
+	struct migration *mig = ctx;
+
 	(void)end;
 	if (len && !stasis_interrupted())
-		frame_sender_push(mig.sender, id, buf, len);
+		frame_sender_push(mig->sender, id, buf, len);
 	else if (buf)
-		page_pipes_give_back(mig.pipes, buf);
+		page_pipes_give_back(mig->pipes, buf);
 }
 
 static void frame_sent(void *ctx, unsigned char *buf)
 {
-	(void)ctx;
-	page_pipes_give_back(mig.pipes, buf);
+	struct migration *mig = ctx;
+
+	page_pipes_give_back(mig->pipes, buf);
 }
 
 /* The pipes read to their end and the sender stopped, which then leaves
  * the channel; the reader first: it may wait on the sender for room. */
-static void stop_pages(bool send_queued)
+static void stop_pages(struct migration *mig, bool send_queued)
 {
-	page_pipes_stop(mig.pipes);
-	frame_sender_finish(mig.sender, send_queued);
+	page_pipes_stop(mig->pipes);
+	frame_sender_finish(mig->sender, send_queued);
 }
 
 /* CRIU is done with its pages: the last of them read and sent. */
-static void pages_done(void)
+static void pages_done(struct migration *mig)
 {
-	stop_pages(true);
+	stop_pages(mig, true);
 	/* The reader waited for a free frame: the wire held CRIU back. */
-	manifest_add_phase(mig.m, "wire_stall", page_pipes_stall_usec(mig.pipes));
-	manifest_add_phase(mig.m, "sender_idle", frame_sender_idle_usec(mig.sender));
+	manifest_add_phase(mig->m, "wire_stall", page_pipes_stall_usec(mig->pipes));
+	manifest_add_phase(mig->m, "sender_idle", frame_sender_idle_usec(mig->sender));
 }
 
 /* The images CRIU left in the staging folder (all but the piped pages,
  * its log and the pipes' links). */
-static int send_staged(struct stasis_error **err)
+static int send_staged(struct migration *mig, struct stasis_error **err)
 {
-	_cleanup_close_ int fd = openat(mig.stagefd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	_cleanup_close_ int fd = openat(mig->stagefd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	DIR *d = fd < 0 ? NULL : fdopendir(TAKE_FD(fd));
 	struct dirent *de;
 	int r = d ? 0 : -errno;
@@ -130,9 +132,9 @@ static int send_staged(struct stasis_error **err)
 	progress_begin("sending CRIU's other images");
 	while (r == 0 && d && (de = readdir(d))) {
 		if (de->d_type != DT_REG || strcmp(de->d_name, "dump.log") == 0 ||
-		    stream_out_sent(mig.stream, de->d_name))
+		    stream_out_sent(mig->stream, de->d_name))
 			continue;
-		r = stream_out_file(mig.stream, mig.stagefd, de->d_name);
+		r = stream_out_file(mig->stream, mig->stagefd, de->d_name);
 	}
 	progress_end();
 	if (d)
@@ -145,16 +147,16 @@ static int send_staged(struct stasis_error **err)
 
 /* The manifest with every file's checksum: the destination checks them
  * all, then restores. */
-static int send_manifest(struct stasis_error **err)
+static int send_manifest(struct migration *mig, struct stasis_error **err)
 {
 	_cleanup_free_ char *json = NULL;
-	int r = stream_out_describe(mig.stream, mig.m);
+	int r = stream_out_describe(mig->stream, mig->m);
 
-	if (r == 0 && !(json = manifest_to_json(mig.m, false)))
+	if (r == 0 && !(json = manifest_to_json(mig->m, false)))
 		r = -ENOMEM;
 	if (r == 0)
-		r = tls_send(mig.ch, WIRE_MANIFEST, 0, json, strlen(json));
-	mig.manifest_bytes = r == 0 ? WIRE_HEADER_LEN + strlen(json) : 0;
+		r = tls_send(mig->ch, WIRE_MANIFEST, 0, json, strlen(json));
+	mig->manifest_bytes = r == 0 ? WIRE_HEADER_LEN + strlen(json) : 0;
 	if (r < 0)
 		return stasis_error_errno(err, -r, "sending the manifest to %s: %s", WHO,
 					  strerror(-r));
@@ -170,7 +172,7 @@ int restored_timeout_ms(uint64_t bytes)
 
 /* Until the destination runs the tree (RESTORED), fails (REFUSE), or is
  * gone, or a signal comes, or its deadline passes. */
-static int await_restored(struct stasis_error **err)
+static int await_restored(struct migration *mig, struct stasis_error **err)
 {
 	_cleanup_free_ unsigned char *buf = malloc(WIRE_MAX_PAYLOAD);
 	json_object *o, *pid = NULL, *gpus = NULL, *container = NULL;
@@ -180,7 +182,7 @@ static int await_restored(struct stasis_error **err)
 	if (!buf)
 		return stasis_error_errno(err, ENOMEM, "out of memory");
 	progress_begin("waiting for %s to restore", WHO);
-	r = msg_recv(mig.ch, WHO, restored_timeout_ms(mig.m->image_bytes), &h, buf, err);
+	r = msg_recv(mig->ch, WHO, restored_timeout_ms(mig->m->image_bytes), &h, buf, err);
 	progress_end();
 	if (r == 0 && h.type != WIRE_RESTORED)
 		r = msg_unexpected(WHO, &h, err);
@@ -188,24 +190,24 @@ static int await_restored(struct stasis_error **err)
 		return r;
 	o = msg_json(buf, h.len);
 	if (json_object_object_get_ex(o, "pid", &pid))
-		mig.st->restored_pid = json_object_get_int(pid);
+		mig->st->restored_pid = json_object_get_int(pid);
 	if (json_object_object_get_ex(o, "gpus", &gpus))
-		snprintf(mig.st->gpus, sizeof(mig.st->gpus), "%s", json_object_get_string(gpus));
+		snprintf(mig->st->gpus, sizeof(mig->st->gpus), "%s", json_object_get_string(gpus));
 	if (json_object_object_get_ex(o, "container", &container))
-		snprintf(mig.st->container, sizeof(mig.st->container), "%s",
+		snprintf(mig->st->container, sizeof(mig->st->container), "%s",
 			 json_object_get_string(container));
 	json_object_put(o);
 	return 0;
 }
 
-static int stream_failed(struct stasis_error **err)
+static int stream_failed(struct migration *mig, struct stasis_error **err)
 {
 	int r;
 
 	if (stasis_interrupted())
 		return stasis_error_set(err, EINTR, STASIS_DOMAIN_SYSTEM, EINTR,
 					"interrupted by a signal while sending the image");
-	r = stream_out_error(mig.stream);
+	r = stream_out_error(mig->stream);
 	if (r == 0)
 		return 0;
 	return stasis_error_set(err, EPIPE, STASIS_DOMAIN_SYSTEM, -r,
@@ -216,54 +218,54 @@ static int stream_failed(struct stasis_error **err)
  * destination that runs it may allow. */
 static int on_held(void *ctx)
 {
+	struct migration *mig = ctx;
 	uint64_t start = now_usec();
 	int r;
 
-	(void)ctx;
-	pages_done();
-	r = stream_failed(mig.err);
+	pages_done(mig);
+	r = stream_failed(mig, mig->err);
 	if (r == 0)
 		r = stasis_check_interrupted("sigterm-before-manifest", "sending the manifest",
-					     mig.err);
+					     mig->err);
 	/* The processes are those CRIU saved, which the destination checks. */
 	if (r == 0)
-		r = image_take_processes(mig.stage, mig.m, mig.err);
+		r = image_take_processes(mig->stage, mig->m, mig->err);
 	if (r == 0)
-		r = send_staged(mig.err);
+		r = send_staged(mig, mig->err);
 	if (r == 0)
-		r = send_manifest(mig.err);
-	manifest_add_phase(mig.m, "send_rest", now_usec() - start);
+		r = send_manifest(mig, mig->err);
+	manifest_add_phase(mig->m, "send_rest", now_usec() - start);
 	start = now_usec();
 	if (r == 0)
-		r = await_restored(mig.err);
-	manifest_add_phase(mig.m, "remote_restore", now_usec() - start);
+		r = await_restored(mig, mig->err);
+	manifest_add_phase(mig->m, "remote_restore", now_usec() - start);
 	if (r == 0)
-		r = stasis_check_interrupted("sigterm-before-commit", "the handoff", mig.err);
+		r = stasis_check_interrupted("sigterm-before-commit", "the handoff", mig->err);
 	/* Committed only once COMMIT is on its way: without it the
 	 * destination kills its copy. */
-	if (r == 0 && (r = tls_send(mig.ch, WIRE_COMMIT, 0, NULL, 0)) < 0)
-		stasis_error_set(mig.err, EPIPE, STASIS_DOMAIN_SYSTEM, -r,
+	if (r == 0 && (r = tls_send(mig->ch, WIRE_COMMIT, 0, NULL, 0)) < 0)
+		stasis_error_set(mig->err, EPIPE, STASIS_DOMAIN_SYSTEM, -r,
 				 "%s went away before the handoff", WHO);
-	mig.st->pause_us = now_usec() - mig.frozen_start;
-	mig.committed = r == 0;
-	mig.result = r;
+	mig->st->pause_us = now_usec() - mig->frozen_start;
+	mig->committed = r == 0;
+	mig->result = r;
 	return r;
 }
 
-static int make_stage(size_t nprocs, struct stasis_error **err)
+static int make_stage(struct migration *mig, size_t nprocs, struct stasis_error **err)
 {
 	int r = 0;
 
-	r = image_stage_make(mig.stage, NULL);
-	if (r == 0 && (mig.stagefd = open(mig.stage, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
+	r = image_stage_make(mig->stage, NULL);
+	if (r == 0 && (mig->stagefd = open(mig->stage, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
 		r = -errno;
-	mig.t->dir = mig.stage;
-	snprintf(mig.t->images, sizeof(mig.t->images), "%s", mig.stage);
+	mig->t->dir = mig->stage;
+	snprintf(mig->t->images, sizeof(mig->t->images), "%s", mig->stage);
 	if (r == 0)
-		r = frame_sender_start(mig.stream, PIPE_BUFFERS, frame_sent, NULL, &mig.sender);
+		r = frame_sender_start(mig->stream, PIPE_BUFFERS, frame_sent, mig, &mig->sender);
 	if (r == 0)
-		r = page_pipes_start(mig.stagefd, (unsigned int)(nprocs + PIPES_SPARE),
-				     PIPE_BUFFERS, PACK_FRAME, deliver, NULL, &mig.pipes);
+		r = page_pipes_start(mig->stagefd, (unsigned int)(nprocs + PIPES_SPARE),
+				     PIPE_BUFFERS, PACK_FRAME, deliver, mig, &mig->pipes);
 	if (r < 0) {
 		stasis_error_errno(err, -r, "staging CRIU's images in %s: %s", image_stage_root(),
 				   strerror(-r));
@@ -272,52 +274,52 @@ static int make_stage(size_t nprocs, struct stasis_error **err)
 	return 0;
 }
 
-static void drop_stage(void)
+static void drop_stage(struct migration *mig)
 {
-	frame_sender_free(mig.sender);
-	mig.sender = NULL;
-	page_pipes_free(mig.pipes);
-	mig.pipes = NULL;
-	if (mig.stagefd >= 0)
-		close(mig.stagefd);
-	mig.stagefd = -1;
-	if (mig.stage[0])
-		remove_dir_tree(mig.stage);
-	mig.stage[0] = '\0';
+	frame_sender_free(mig->sender);
+	mig->sender = NULL;
+	page_pipes_free(mig->pipes);
+	mig->pipes = NULL;
+	if (mig->stagefd >= 0)
+		close(mig->stagefd);
+	mig->stagefd = -1;
+	if (mig->stage[0])
+		remove_dir_tree(mig->stage);
+	mig->stage[0] = '\0';
 }
 
 static int dump_to_wire(void *ctx, struct stasis_error **err)
 {
+	struct migration *mig = ctx;
 	int r;
 
-	(void)ctx;
-	mig.result = 0;
-	r = mig.t->ops->dump_held(mig.t, mig.m, on_held, NULL, err);
+	mig->result = 0;
+	r = mig->t->ops->dump_held(mig->t, mig->m, on_held, mig, err);
 	/* CRIU reports the refused notification; the cause is ours. */
-	return mig.result < 0 ? mig.result : r;
+	return mig->result < 0 ? mig->result : r;
 }
 
 /* After a failure the target resumed the workload and the GPU state was
  * rolled back: say whether it runs (a container: runc says running). */
-static int confirm_running(struct stasis_error **err)
+static int confirm_running(struct migration *mig, struct stasis_error **err)
 {
 	_cleanup_error_ struct stasis_error *stopped = NULL;
 
 	/* A container's short-lived processes (a shell's children) may have
 	 * ended since: its runtime says whether it runs. */
-	if (mig.t->ops->runtime && mig.t->ops->find(mig.t, &stopped) < 0) {
+	if (mig->t->ops->runtime && mig->t->ops->find(mig->t, &stopped) < 0) {
 		stasis_error_wrap(err, "migration failed");
 		return stasis_error_hint(err, "and it did not run again here: %s",
 					 stopped->message);
 	}
-	for (size_t i = 0; i < mig.m->nprocs && !mig.t->ops->runtime; i++) {
-		char s = proc_state(mig.m->procs[i].pid);
+	for (size_t i = 0; i < mig->m->nprocs && !mig->t->ops->runtime; i++) {
+		char s = proc_state(mig->m->procs[i].pid);
 
 		if (!s || s == 'Z' || s == 'T' || s == 't') {
 			stasis_error_wrap(err, "migration failed");
 			return stasis_error_hint(err,
 						 "and PID %d did not run again here (state %c)",
-						 (int)mig.m->procs[i].pid, s ? s : '-');
+						 (int)mig->m->procs[i].pid, s ? s : '-');
 		}
 	}
 	stasis_error_wrap(err, "migration failed");
@@ -326,10 +328,11 @@ static int confirm_running(struct stasis_error **err)
 }
 
 /* HELLO with what the destination's preflight needs; READY or REFUSE. */
-static int remote_preflight(const struct stasis_migrate_options *o, struct stasis_error **err)
+static int remote_preflight(struct migration *mig, const struct stasis_migrate_options *o,
+			    struct stasis_error **err)
 {
 	_cleanup_free_ unsigned char *buf = malloc(WIRE_MAX_PAYLOAD);
-	_cleanup_free_ char *json = manifest_to_json(mig.m, false);
+	_cleanup_free_ char *json = manifest_to_json(mig->m, false);
 	json_object *hello = json_object_new_object(), *ready, *gpus = NULL;
 	struct image_estimate e;
 	struct wire_header h;
@@ -339,88 +342,89 @@ static int remote_preflight(const struct stasis_migrate_options *o, struct stasi
 		json_object_put(hello);
 		return stasis_error_errno(err, ENOMEM, "out of memory");
 	}
-	preflight_image_estimate(mig.m, &e);
+	preflight_image_estimate(mig->m, &e);
 	json_object_object_add(hello, "manifest", json_tokener_parse(json));
 	json_object_object_add(hello, "estimate", json_object_new_uint64(e.total));
 	json_object_object_add(hello, "gpu_bytes", json_object_new_uint64(e.gpu));
-	r = msg_send_json(mig.ch, WIRE_HELLO, hello);
+	r = msg_send_json(mig->ch, WIRE_HELLO, hello);
 	if (r < 0)
 		return stasis_error_set(err, EPIPE, STASIS_DOMAIN_SYSTEM, -r,
 					"%s closed the connection", WHO);
-	r = msg_recv(mig.ch, WHO, READY_TIMEOUT_MS, &h, buf, err);
+	r = msg_recv(mig->ch, WHO, READY_TIMEOUT_MS, &h, buf, err);
 	if (r == 0 && h.type != WIRE_READY)
 		r = msg_unexpected(WHO, &h, err);
 	if (r < 0)
 		return stasis_error_wrap(err, "nothing changed here");
 	ready = msg_json(buf, h.len);
 	if (json_object_object_get_ex(ready, "gpus", &gpus))
-		snprintf(mig.st->gpus, sizeof(mig.st->gpus), "%s", json_object_get_string(gpus));
+		snprintf(mig->st->gpus, sizeof(mig->st->gpus), "%s", json_object_get_string(gpus));
 	json_object_put(ready);
 	return 0;
 }
 
 /* Everything that must hold before the workload changes, here and there. */
-static int prepare(const struct stasis_migrate_options *o, struct gpu_batch *batch,
-		   const struct tls_key *key, struct stasis_error **err)
+static int prepare(struct migration *mig, const struct stasis_migrate_options *o,
+		   struct gpu_batch *batch, const struct tls_key *key, struct stasis_error **err)
 {
 	uint64_t start = now_usec();
 	int r = criu_version(err);
 
 	if (r < 0)
 		return r;
-	mig.m->criu_version = r;
-	checkpoint_fill_host_facts(mig.m);
-	r = mig.t->ops->describe(mig.t, mig.m, err);
+	mig->m->criu_version = r;
+	checkpoint_fill_host_facts(mig->m);
+	r = mig->t->ops->describe(mig->t, mig->m, err);
 	/* A tree that is its own PID namespace comes back in a new one, under
 	 * the same PIDs inside it: the destination finds it by those. (A
 	 * container's processes carry them already.) */
-	if (r == 0 && !mig.m->container.runtime && proc_ns_pid(mig.t->root) == 1)
-		for (size_t i = 0; i < mig.m->nprocs; i++)
-			mig.m->procs[i].ns_pid = proc_ns_pid(mig.m->procs[i].pid);
+	if (r == 0 && !mig->m->container.runtime && proc_ns_pid(mig->t->root) == 1)
+		for (size_t i = 0; i < mig->m->nprocs; i++)
+			mig->m->procs[i].ns_pid = proc_ns_pid(mig->m->procs[i].pid);
 	if (r == 0)
 		r = image_pack_preflight(err);
 	if (r == 0)
 		/* The tree stays frozen until the GPU restore of a rollback. */
-		r = checkpoint_preflight(mig.m, batch, image_stage_root(), true, false, false, err);
-	manifest_add_phase(mig.m, "preflight", now_usec() - start);
+		r = checkpoint_preflight(mig->m, batch, image_stage_root(), true, false, false,
+					 err);
+	manifest_add_phase(mig->m, "preflight", now_usec() - start);
 	start = now_usec();
 	if (r == 0)
-		r = tls_connect(o->to, key, &mig.ch, err);
+		r = tls_connect(o->to, key, &mig->ch, err);
 	if (r == 0)
-		snprintf(mig.st->peer, sizeof(mig.st->peer), "%s", tls_peer(mig.ch));
+		snprintf(mig->st->peer, sizeof(mig->st->peer), "%s", tls_peer(mig->ch));
 	if (r == 0)
-		r = remote_preflight(o, err);
-	manifest_add_phase(mig.m, "remote_preflight", now_usec() - start);
+		r = remote_preflight(mig, o, err);
+	manifest_add_phase(mig->m, "remote_preflight", now_usec() - start);
 	if (r == 0)
-		r = stream_out_new(mig.ch, o->compress, &mig.stream) < 0
+		r = stream_out_new(mig->ch, o->compress, &mig->stream) < 0
 			? stasis_error_errno(err, ENOMEM, "out of memory")
 			: 0;
 	return r;
 }
 
 /* From the GPU lock on, every failure resumes the tree here. */
-static int migrate_frozen(const struct stasis_migrate_options *o, struct gpu_batch *batch,
-			  struct stasis_error **err)
+static int migrate_frozen(struct migration *mig, const struct stasis_migrate_options *o,
+			  struct gpu_batch *batch, struct stasis_error **err)
 {
 	int r;
 
-	mig.frozen_start = now_usec();
-	r = make_stage(mig.m->nprocs, err);
+	mig->frozen_start = now_usec();
+	r = make_stage(mig, mig->m->nprocs, err);
 	if (r < 0) {
-		if (!mig.pipes) /* nothing was frozen */
+		if (!mig->pipes) /* nothing was frozen */
 			return r;
-		return confirm_running(err);
+		return confirm_running(mig, err);
 	}
-	r = checkpoint_dump_gpus_inside(&(struct gpu_dump_plan){.batch = batch, .m = mig.m},
-					&mig.t->criu, dump_to_wire, NULL, err);
-	r = checkpoint_dump_end(batch, mig.m, false, r, err);
-	if (r < 0 && !mig.committed)
-		return confirm_running(err);
+	r = checkpoint_dump_gpus_inside(&(struct gpu_dump_plan){.batch = batch, .m = mig->m},
+					&mig->t->criu, dump_to_wire, mig, err);
+	r = checkpoint_dump_end(batch, mig->m, false, r, err);
+	if (r < 0 && !mig->committed)
+		return confirm_running(mig, err);
 	return r;
 }
 
-static int migrate_locked(const struct stasis_migrate_options *o, const struct tls_key *key,
-			  struct stasis_error **err)
+static int migrate_locked(struct migration *mig, const struct stasis_migrate_options *o,
+			  const struct tls_key *key, struct stasis_error **err)
 {
 	struct gpu_batch batch = {.lock_timeout_ms = o->lock_timeout_ms};
 	uint64_t start = now_usec(), raw, wire;
@@ -428,23 +432,23 @@ static int migrate_locked(const struct stasis_migrate_options *o, const struct t
 
 	if (!batch.lock_timeout_ms)
 		batch.lock_timeout_ms = GPU_DEFAULT_LOCK_TIMEOUT_MS;
-	r = prepare(o, &batch, key, err);
+	r = prepare(mig, o, &batch, key, err);
 	if (r == 0)
-		r = migrate_frozen(o, &batch, err);
+		r = migrate_frozen(mig, o, &batch, err);
 	/* The sender thread is done with the channel before REFUSE goes. */
-	stop_pages(false);
-	if (r < 0 && mig.ch)
-		msg_send_refuse(mig.ch, *err);
-	stream_out_counts(mig.stream, &raw, &wire);
-	mig.st->raw_bytes = raw;
-	mig.st->wire_bytes = wire + mig.manifest_bytes;
-	manifest_add_phase(mig.m, "total", now_usec() - start);
+	stop_pages(mig, false);
+	if (r < 0 && mig->ch)
+		msg_send_refuse(mig->ch, *err);
+	stream_out_counts(mig->stream, &raw, &wire);
+	mig->st->raw_bytes = raw;
+	mig->st->wire_bytes = wire + mig->manifest_bytes;
+	manifest_add_phase(mig->m, "total", now_usec() - start);
 	gpu_batch_free(&batch);
-	drop_stage();
-	stream_out_free(mig.stream);
-	tls_close(mig.ch);
-	mig.stream = NULL;
-	mig.ch = NULL;
+	drop_stage(mig);
+	stream_out_free(mig->stream);
+	tls_close(mig->ch);
+	mig->stream = NULL;
+	mig->ch = NULL;
 	return r;
 }
 
@@ -493,14 +497,11 @@ int stasis_migrate(const struct stasis_migrate_options *o, struct manifest *m,
 	};
 	_cleanup_free_ unsigned char *secret = NULL;
 	struct target t = {.checkpoint = &co};
+	struct migration mig = {.t = &t, .m = m, .st = st, .err = err, .stagefd = -1};
 	struct tls_key key = {0};
 	int r, lock_fd;
 
 	memset(st, 0, sizeof(*st));
-	mig.t = &t;
-	mig.m = m;
-	mig.st = st;
-	mig.err = err;
 	signal(SIGPIPE, SIG_IGN);
 	restart_after_signals();
 	r = stasis_require_root(err);
@@ -514,7 +515,7 @@ int stasis_migrate(const struct stasis_migrate_options *o, struct manifest *m,
 	lock_fd = pid_lock(t.root, err);
 	if (lock_fd < 0)
 		return lock_fd;
-	r = migrate_locked(o, &key, err);
+	r = migrate_locked(&mig, o, &key, err);
 	pid_unlock(t.root, lock_fd);
 	if (secret)
 		explicit_bzero(secret, key.len);
