@@ -63,7 +63,7 @@ deps: $(DEPS_OK)
 
 # CRIU is built once; its own script skips the work when it is there. The
 # patches' folder is there too: a patch removed changes its time alone.
-$(CRIU)/lib/libcriu.a: scripts/build-criu.sh scripts/fetch-criu.sh scripts/criu-patches $(wildcard scripts/criu-patches/*.patch) | $(DEPS_OK)
+$(CRIU)/lib/libcriu.a: scripts/build-criu.sh scripts/fetch-criu.sh scripts/apt-private.sh scripts/criu-patches $(wildcard scripts/criu-patches/*.patch) | $(DEPS_OK)
 	@./scripts/build-criu.sh $(BUILD)/downloads $(BUILD)/criu-build $(CRIU)
 	@touch $@
 
@@ -137,10 +137,15 @@ $(BUILD)/bin/hostile-peer: tests/hostile/hostile-peer.c $(LIB_OBJ)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
+# containerd 2.1, beside bookworm's 1.6, for the e2e tests.
+CONTAINERD2 := $(BUILD)/containerd2/bin/containerd
+$(CONTAINERD2): scripts/fetch-containerd.sh scripts/apt-private.sh | $(DEPS_OK)
+	@./scripts/fetch-containerd.sh $(BUILD)/downloads $(BUILD)/containerd2
+
 unit: $(UNIT_BIN) $(FAKE_CUDA)
 	@./tests/unit/run $(UNIT_BIN)
 
-e2e: all $(FAKE_CUDA) $(WORKLOADS)
+e2e: all $(FAKE_CUDA) $(WORKLOADS) $(CONTAINERD2)
 	@./tests/e2e/run $(BUILD)
 
 # CRIU's own tests (zdtm) with upstream's CRIU and with stasis's patched one:
@@ -148,7 +153,7 @@ e2e: all $(FAKE_CUDA) $(WORKLOADS)
 zdtm: $(CRIU)/lib/libcriu.a | $(DEPS_OK)
 	@./scripts/zdtm.sh $(BUILD)
 
-check: all
+check: all $(CONTAINERD2)
 	@$(MAKE) --no-print-directory format-check
 	@./tests/run-all $(BUILD)
 	@$(MAKE) --no-print-directory zdtm

@@ -1,7 +1,6 @@
 #!/bin/sh
 # Fetch CRIU's upstream tarball from Debian's unstable source package through
-# a private apt configuration: the machine's own apt sources stay untouched,
-# and the mirror is the one the machine already uses. The tarball's sha256 is
+# a private apt configuration (apt-private.sh). The tarball's sha256 is
 # the one pinned here, and the suite's Sources index must list it the same.
 #
 # usage: fetch-criu.sh DESTDIR
@@ -16,54 +15,13 @@ dest=$1
 mkdir -p "$dest"
 [ -f "$dest/$TARBALL" ] && exit 0
 
-mirror_from_apt() {
-	# deb822 sources first, then one-line sources; skip the security archive.
-	for f in /etc/apt/sources.list.d/*.sources; do
-		[ -f "$f" ] || continue
-		awk '/^URIs:/ { for (i = 2; i <= NF; i++) print $i }' "$f"
-	done
-	for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
-		[ -f "$f" ] || continue
-		awk '$1 == "deb" { for (i = 2; i <= NF; i++) if ($i ~ /^[a-z+]+:\/\//) { print $i; break } }' "$f"
-	done
-}
-
-mirror=$(mirror_from_apt | grep -v -e security -e '^$' | grep '/debian/*$' | head -n1)
-if [ -z "$mirror" ]; then
-	echo "fetch-criu: no Debian mirror found in the apt configuration" >&2
-	exit 1
-fi
-
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-mkdir -p "$work/lists/partial" "$work/cache/archives/partial"
-keyring=/usr/share/keyrings/debian-archive-keyring.gpg
-
-apt_opts() {
-	echo -o Dir::Etc::SourceList="$work/sources.list" \
-		-o Dir::Etc::SourceParts=/dev/null \
-		-o Dir::State::Lists="$work/lists" \
-		-o Dir::Cache="$work/cache" \
-		-o APT::Sandbox::User=root
-}
-
-apt_private() {
-	apt-get -q \
-		-o Dir::Etc::SourceList="$work/sources.list" \
-		-o Dir::Etc::SourceParts=/dev/null \
-		-o Dir::State::Lists="$work/lists" \
-		-o Dir::Cache="$work/cache" \
-		-o APT::Sandbox::User=root \
-		"$@"
-}
-
-# shellcheck disable=SC2046
-apt_cache() { apt-cache $(apt_opts) "$@"; }
+here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=apt-private.sh
+. "$here/apt-private.sh"
 
 expected=""
 for suite in $SUITES; do
-	echo "deb-src [signed-by=$keyring] $mirror $suite main" >"$work/sources.list"
-	apt_private update >/dev/null || continue
+	apt_suite deb-src "$suite" || continue
 	srcinfo=$(apt_cache showsrc criu 2>/dev/null)
 	expected=$(echo "$srcinfo" |
 		awk -v t="$TARBALL" '/^Checksums-Sha256:/ { s = 1; next } /^[^ ]/ { s = 0 } s && $3 == t { print $1; exit }')

@@ -426,3 +426,24 @@ ctrd_remove_all_but_links() {
 		ctrd containers delete "$c" >/dev/null 2>&1 || return 1
 	done
 }
+
+# containerd 2.1 (make fetches it: scripts/fetch-containerd.sh), as current
+# distributions run it, beside bookworm's 1.6 that the tests above use:
+# the same checkpoint and restore (twice, under another name), a
+# --leave-running restart, and a restore from a containerd image, in a
+# containerd and folders of their own. bookworm's runc 1.1 runs under it.
+test_containerd2_current() {
+	local bin="$BUILD/containerd2/bin" r=0
+	[ -x "$bin/containerd" ] || { fail "no containerd 2.1 in $bin (make check fetches it)"; return 1; }
+	local PATH="$bin:$PATH" TMP="$TMP/containerd2" CTRD="$TMP/containerd2/containerd"
+	local -x CONTAINERD_ADDRESS="$CTRD/state/containerd.sock"
+	mkdir -p "$TMP"
+	containerd_ready || return 1
+	ctr version | grep -A2 "^Server" | grep -q "Version: *v\?2\.1\." ||
+		{ fail "not containerd 2.1: $(ctr version)"; containerd_cleanup; return 1; }
+	test_containerd_checkpoint_restore || r=1
+	[ $r = 0 ] && { test_containerd_leave_running_restart || r=1; }
+	[ $r = 0 ] && { test_containerd_image_checkpoint_restore || r=1; }
+	containerd_cleanup
+	return $r
+}
