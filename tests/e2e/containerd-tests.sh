@@ -447,3 +447,42 @@ test_containerd2_current() {
 	containerd_cleanup
 	return $r
 }
+
+# containerd 2.1's own commands with stasis's CRIU as the machine's criu (the
+# first on containerd's PATH, as make install puts it) and no stasis command:
+# `ctr containers checkpoint --task --rw` into a checkpoint image while the
+# task runs on, then, the task killed and the container deleted, `ctr
+# containers restore --live --rw` from it. The restored task counts on from
+# the checkpoint with its files as they were then, and every CRIU run went
+# through stasis's CRIU.
+test_containerd2_ctr_checkpoint() {
+	local bin="$BUILD/containerd2/bin" id=ck1 at root log
+	[ -x "$bin/containerd" ] || { fail "no containerd 2.1 in $bin (make check fetches it)"; return 1; }
+	local TMP="$TMP/containerd2-ctr" CTRD="$TMP/containerd2-ctr/containerd"
+	local -x CONTAINERD_ADDRESS="$CTRD/state/containerd.sock"
+	mkdir -p "$TMP/criu-bin"
+	printf '#!/bin/sh\necho "$*" >>%s\nexec %s "$@"\n' "$TMP/criu-calls" "$BUILD/criu/sbin/criu" >"$TMP/criu-bin/criu"
+	chmod +x "$TMP/criu-bin/criu"
+	local PATH="$TMP/criu-bin:$bin:$PATH"
+	ctrd_image_start "$id" || { containerd_cleanup; return 1; }
+	root=$(ctrd_rootfs "$id")
+	ctrd containers checkpoint --task --rw "$id" "stasis.test/checkpoint:$id" >/dev/null ||
+		{ fail "ctr containers checkpoint failed"; containerd_cleanup; return 1; }
+	at=$(counter "$root")
+	[ -s "$TMP/criu-calls" ] || { fail "containerd's runc ran no criu of PATH's"; containerd_cleanup; return 1; }
+	ctrd tasks kill -s SIGKILL "$id" >/dev/null 2>&1
+	for _ in $(seq 100); do ctrd_task "$id" | grep -q STOPPED && break; sleep 0.05; done
+	ctrd tasks delete "$id" >/dev/null 2>&1
+	ctrd containers delete "$id" || { containerd_cleanup; return 1; }
+	: >"$TMP/criu-calls"
+	ctrd containers restore --live --rw "$id" "stasis.test/checkpoint:$id" ||
+		{ fail "ctr containers restore failed"; containerd_cleanup; return 1; }
+	[ -s "$TMP/criu-calls" ] || { fail "the restore ran no criu of PATH's"; containerd_cleanup; return 1; }
+	ctrd_task "$id" | grep -q RUNNING || { fail "restored task: $(ctrd tasks ls)"; containerd_cleanup; return 1; }
+	root=$(ctrd_rootfs "$id")
+	wait_counter "$root" $((at + 10)) || { fail "the restored task does not count"; containerd_cleanup; return 1; }
+	check_image_files "$root" || { containerd_cleanup; return 1; }
+	# Its log went on from the checkpoint's tick (the counter continued).
+	log_is_continuous "$root" || { containerd_cleanup; return 1; }
+	containerd_cleanup
+}
