@@ -10,10 +10,10 @@
 
 #include "cli.h"
 #include "gpu.h"
-#include "mappings.h"
 #include "nccl-hold.h"
 #include "nccl.h"
 #include "peer-limit.h"
+#include "preflight-checks.h"
 #include "proc.h"
 #include "stasis.h"
 #include "util.h"
@@ -39,9 +39,12 @@ static int preflight(struct gpu_batch *batch, bool suspend, struct stasis_error 
 					 cuda_state_name(state));
 			return stasis_error_hint(err, "only running processes can be suspended");
 		}
-		if (suspend && (mappings_refuse_running_checkpointed(
-				    p->pid, proc_comm(p->pid, comm, sizeof(comm)), err) < 0 ||
-				nccl_rank_check(p->pid, comm, err) < 0))
+		if (suspend &&
+		    preflight_process_refuse(
+			&(struct preflight_process){.pid = p->pid,
+						    .comm = proc_comm(p->pid, comm, sizeof(comm)),
+						    .cuda = true},
+			err) < 0)
 			return -1;
 		if (!suspend && state != CUDA_PROCESS_CHECKPOINTED &&
 		    !(state == CUDA_PROCESS_RUNNING && nccl_rank_held(p->pid))) {
@@ -52,7 +55,9 @@ static int preflight(struct gpu_batch *batch, bool suspend, struct stasis_error 
 		}
 	}
 	batch->lock_rounds = nccl_lock_rounds(batch);
-	return suspend ? peer_limit_check(batch, err) : 0;
+	if (suspend && peer_limit_check(batch, err) < 0)
+		return stasis_error_cause(err, "peer-access");
+	return 0;
 }
 
 static void print_result(const struct gpu_batch *batch, bool suspend, bool json, uint64_t total)

@@ -14,10 +14,8 @@
 #include "cuda-api.h"
 #include "container.h"
 #include "devfiles.h"
-#include "mappings.h"
-#include "namespaces.h"
-#include "nccl.h"
 #include "nvml.h"
+#include "preflight-checks.h"
 #include "proc.h"
 #include "target.h"
 #include "util.h"
@@ -30,6 +28,7 @@ struct ps_entry {
 	uint64_t gpu_bytes;
 	char container[96];
 	char blockers[256];
+	const char *cause; /* the preflight check that blocks it, or NULL */
 };
 
 /* Container runtimes leave their mark in the cgroup path. */
@@ -90,13 +89,13 @@ static bool describe(pid_t pid, const struct nvml_gpu *gpus, const struct nvml_p
 		e->gpu_bytes += np[i].used_bytes;
 	}
 	container_of(pid, e->container, sizeof(e->container));
-	if (!cuda && fds)
-		snprintf(e->blockers, sizeof(e->blockers),
-			 "/dev/nvidia* held without a CUDA context (%u fds)", fds);
-	/* A container's runtime makes its namespaces. */
-	else if (!(cuda && nccl_rank_blocker(pid, e->blockers, sizeof(e->blockers))) &&
-		 strcmp(e->container, "-") == 0)
-		namespaces_blocker(pid, cuda, e->blockers, sizeof(e->blockers));
+	e->cause = preflight_process_blocker(
+	    &(struct preflight_process){.pid = pid,
+					.comm = e->comm,
+					.cuda = cuda,
+					.device_fds = fds,
+					.in_container = strcmp(e->container, "-") != 0},
+	    e->blockers, sizeof(e->blockers));
 	return true;
 }
 
@@ -121,8 +120,10 @@ static bool describe_cpu(pid_t pid, const struct target_container *c, size_t nc,
 	e->pid = pid;
 	proc_comm(pid, e->comm, sizeof(e->comm));
 	container_of(pid, e->container, sizeof(e->container));
-	if (strcmp(e->container, "-") == 0)
-		namespaces_blocker(pid, false, e->blockers, sizeof(e->blockers));
+	e->cause = preflight_process_blocker(
+	    &(struct preflight_process){
+		.pid = pid, .comm = e->comm, .in_container = strcmp(e->container, "-") != 0},
+	    e->blockers, sizeof(e->blockers));
 	return true;
 }
 
@@ -144,6 +145,8 @@ static json_object *entries_json(const struct ps_entry *e, size_t n)
 		    o, "gpu_bytes", e[i].state[0] ? json_object_new_uint64(e[i].gpu_bytes) : NULL);
 		json_object_object_add(o, "container", json_object_new_string(e[i].container));
 		json_object_object_add(o, "blockers", json_object_new_string(e[i].blockers));
+		json_object_object_add(o, "cause",
+				       e[i].cause ? json_object_new_string(e[i].cause) : NULL);
 		json_object_array_add(arr, o);
 	}
 	return arr;
@@ -156,14 +159,15 @@ static void print_entries(const struct ps_entry *e, size_t n)
 	printf("%-8s %-16s %-13s %-10s %-12s %s\n", "PID", "COMMAND", "STATE", "GPU MEM",
 	       "CONTAINER", "GPUS / BLOCKERS");
 	for (size_t i = 0; i < n; i++)
-		printf("%-8d %-16s %-13s %-10s %-12.12s %s%s%s\n", (int)e[i].pid, e[i].comm,
+		printf("%-8d %-16s %-13s %-10s %-12.12s %s%s%s%s%s\n", (int)e[i].pid, e[i].comm,
 		       e[i].state[0] ? e[i].state : "",
 		       e[i].state[0] ? format_bytes(e[i].gpu_bytes, size, sizeof(size)) : "",
 		       e[i].container,
 		       e[i].gpus[0]    ? e[i].gpus
 		       : e[i].state[0] ? "-"
 				       : "",
-		       e[i].blockers[0] ? "  BLOCKED: " : "", e[i].blockers);
+		       e[i].cause ? "  BLOCKED (" : "", e[i].cause ? e[i].cause : "",
+		       e[i].cause ? "): " : "", e[i].blockers);
 }
 
 /* Its processes, and how many of them the driver knows as CUDA ones. */

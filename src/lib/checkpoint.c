@@ -29,6 +29,7 @@
 #include "nvml.h"
 #include "nccl.h"
 #include "peer-limit.h"
+#include "preflight-checks.h"
 #include "preflight.h"
 #include "proc.h"
 #include "progress.h"
@@ -204,30 +205,19 @@ int checkpoint_preflight(struct manifest *m, struct gpu_batch *batch, const char
 			 bool compress, bool keeps_running, bool same_machine,
 			 struct stasis_error **err)
 {
+	const struct preflight_tree t = {.m = m,
+					 .batch = batch,
+					 .dir = dir,
+					 .compress = compress,
+					 .keeps_running = keeps_running,
+					 .same_machine = same_machine};
 	int r = find_cuda_processes(m, batch, err);
 
 	if (r == 0)
 		r = describe_gpus(batch, m);
-	/* A migration's destination finds CUDA processes in a PID namespace
-	 * of the tree's own by their PIDs inside it. */
 	if (r == 0)
-		r = namespaces_check(m, !same_machine, err);
-	if (r == 0)
-		r = preflight_gpu_checkpoint(m, err);
-	if (r == 0)
-		r = peer_limit_check(batch, err);
-	if (r == 0)
-		r = nvidia_refs_check(m, false, err);
-	if (r == 0)
-		r = mappings_check(m, same_machine && !keeps_running && !m->container.runtime,
-				   &m->options.link_remap, err);
-	if (r == 0)
-		r = nccl_ranks_check(m, err);
+		r = preflight_tree_run(&t, err);
 	batch->lock_rounds = nccl_lock_rounds(batch);
-	if (r == 0)
-		r = sockets_check(m, err);
-	if (r == 0)
-		r = preflight_image_room(m, dir, compress, err);
 	return r;
 }
 

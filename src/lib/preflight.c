@@ -157,7 +157,12 @@ static int check_mig(const struct manifest *m, struct stasis_error **err)
 	return 0;
 }
 
-int preflight_gpu_checkpoint(const struct manifest *m, struct stasis_error **err)
+int preflight_host_memory(const struct manifest *m, struct stasis_error **err)
+{
+	return manifest_cuda_count(m) ? check_host_memory(m, err) : 0;
+}
+
+int preflight_gpu_mode(const struct manifest *m, struct stasis_error **err)
 {
 	pid_t mps;
 	int r;
@@ -176,7 +181,7 @@ int preflight_gpu_checkpoint(const struct manifest *m, struct stasis_error **err
 		return stasis_error_hint(err, "stop the MPS daemon and run the workload "
 					      "without MPS");
 	}
-	return check_host_memory(m, err);
+	return 0;
 }
 
 /* A field of a /proc/PID/status text in bytes ("RssAnon:"), 0 when absent. */

@@ -15,8 +15,13 @@
  * page cache the image goes through. */
 #define PREFLIGHT_HOST_RESERVE (512ull << 20)
 
-/* MIG, MPS and host memory for the CUDA processes of m (NVML filled in). */
-int preflight_gpu_checkpoint(const struct manifest *m, struct stasis_error **err);
+/* What the driver cannot checkpoint (MIG, MPS) for the CUDA processes of m
+ * (NVML filled in). */
+int preflight_gpu_mode(const struct manifest *m, struct stasis_error **err);
+
+/* Whether host memory (the machine's, the cgroups') can take the GPU
+ * memory of m's CUDA processes. */
+int preflight_host_memory(const struct manifest *m, struct stasis_error **err);
 
 /* need bytes of GPU state into available bytes of host memory ("where"
  * names the limit: "the machine", "cgroup /x"); refuses with both numbers. */

@@ -174,7 +174,7 @@ test_namespaces_gpu_refused() {
 		[ ! -e "$d/img" ] || { fail "the refusal left $(find "$d/img")"; return 1; }
 		"$STASIS" ps >"$d/ps"
 		for p in $(tree_pids "$pid"); do
-			grep -q "^$p .*BLOCKED: .* namespace of its own" "$d/ps" || { fail "ps: $(cat "$d/ps")"; return 1; }
+			grep -q "^$p .*BLOCKED (namespaces): .* namespace of its own" "$d/ps" || { fail "ps: $(cat "$d/ps")"; return 1; }
 		done
 		fake_tree_intact "$d" || return 1
 		kill_group "$pid"

@@ -44,6 +44,15 @@ static void one_line(void **state)
 	assert_null(strchr(line, '\n'));
 	free(line);
 	stasis_error_free(err);
+	err = NULL;
+	/* A preflight refusal ends with its check's code, after the hint. */
+	stasis_error_set(&err, ENOTSUP, STASIS_DOMAIN_CUDA, 0, "PID 1 is a rank");
+	stasis_error_hint(&err, "start it with stasis run");
+	assert_int_equal(stasis_error_cause(&err, "nccl"), -ENOTSUP);
+	line = stasis_error_format(err);
+	assert_string_equal(line, "PID 1 is a rank (start it with stasis run) [preflight: nccl]");
+	free(line);
+	stasis_error_free(err);
 	assert_int_equal(stasis_error_set(NULL, EPERM, STASIS_DOMAIN_USAGE, 0, "x"), -EPERM);
 	stasis_error_free(NULL);
 }

@@ -13,6 +13,7 @@
 
 #include "namespaces.h"
 #include "peer-limit.h"
+#include "preflight-checks.h"
 #include "preflight.h"
 #include "shm-remap.h"
 
@@ -106,13 +107,43 @@ static void no_cuda_no_refusal(void **state)
 	p = manifest_add_process(&m);
 	p->pid = getpid();
 	p->gpu_bytes = 1ull << 60;
-	assert_int_equal(preflight_gpu_checkpoint(&m, &err), 0);
+	assert_int_equal(preflight_host_memory(&m, &err), 0);
 	/* The same process as a CUDA one with an impossible amount is refused. */
 	p->cuda = true;
-	assert_true(preflight_gpu_checkpoint(&m, &err) < 0);
+	assert_true(preflight_host_memory(&m, &err) < 0);
 	assert_non_null(strstr(err->message, "not enough free host memory"));
 	stasis_error_free(err);
+	err = NULL;
+	/* Through the table: refused by its cause. */
+	assert_true(
+	    preflight_tree_run(&(struct preflight_tree){.m = &m, .same_machine = true}, &err) < 0);
+	assert_string_equal(err->cause, "host-memory");
+	stasis_error_free(err);
 	manifest_free(&m);
+}
+
+/* The codes scripts and stasis ps read: each once, in the order the
+ * checks run. */
+static void cause_codes(void **state)
+{
+	static const char *const tree[] = {"namespaces",  "gpu-mode",	  "host-memory",
+					   "peer-access", "device-files", "mappings",
+					   "nccl",	  "sockets",	  "image-room"};
+	struct preflight_process self = {.pid = getpid(), .comm = "test", .device_fds = 2};
+	char why[256];
+
+	(void)state;
+	assert_int_equal(preflight_tree_nchecks, sizeof(tree) / sizeof(tree[0]));
+	for (size_t i = 0; i < preflight_tree_nchecks; i++)
+		assert_string_equal(preflight_tree_checks[i].cause, tree[i]);
+	/* A process that holds the device without a context, in ps; none of
+	 * it at gpu suspend, which only takes CUDA processes. */
+	assert_string_equal(preflight_process_blocker(&self, why, sizeof(why)), "device-files");
+	assert_non_null(strstr(why, "(2 fds)"));
+	self.device_fds = 0;
+	assert_null(preflight_process_blocker(&self, why, sizeof(why)));
+	assert_string_equal(why, "");
+	assert_int_equal(preflight_process_refuse(&self, NULL), 0);
 }
 
 /* The figures measured on two H200s (driver 580.159.04, a bare context
@@ -247,7 +278,7 @@ int main(void)
 	    cmocka_unit_test(host_memory_numbers), cmocka_unit_test(dirty_limit_numbers),
 	    cmocka_unit_test(stage_decisions),	   cmocka_unit_test(no_cuda_no_refusal),
 	    cmocka_unit_test(peer_limit_numbers),  cmocka_unit_test(shm_remap_folder),
-	    cmocka_unit_test(namespace_verdicts),
+	    cmocka_unit_test(namespace_verdicts),  cmocka_unit_test(cause_codes),
 	};
 
 	return cmocka_run_group_tests_name("preflight", tests, NULL, NULL);

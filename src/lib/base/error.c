@@ -73,6 +73,14 @@ int stasis_error_hint(struct stasis_error **err, const char *fmt, ...)
 	return -(*err)->status;
 }
 
+int stasis_error_cause(struct stasis_error **err, const char *cause)
+{
+	if (!err || !*err)
+		return -EIO;
+	(*err)->cause = cause;
+	return -(*err)->status;
+}
+
 const char *stasis_domain_name(enum stasis_domain domain)
 {
 	switch (domain) {
@@ -95,17 +103,16 @@ const char *stasis_domain_name(enum stasis_domain domain)
 char *stasis_error_format(const struct stasis_error *err)
 {
 	char *s = NULL;
-	const char *msg;
+	const char *msg, *hint;
 
 	if (!err)
 		return strdup("unknown error");
 	msg = err->message ? err->message : strerror(err->status);
-	if (err->hint && *err->hint) {
-		if (asprintf(&s, "%s (%s)", msg, err->hint) < 0)
-			return NULL;
-	} else {
-		s = strdup(msg);
-	}
+	hint = err->hint && *err->hint ? err->hint : NULL;
+	if (asprintf(&s, "%s%s%s%s%s%s%s", msg, hint ? " (" : "", hint ? hint : "", hint ? ")" : "",
+		     err->cause ? " [preflight: " : "", err->cause ? err->cause : "",
+		     err->cause ? "]" : "") < 0)
+		return NULL;
 	/* One line, whatever the pieces held. */
 	for (char *p = s; p && *p; p++)
 		if (*p == '\n')

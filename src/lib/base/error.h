@@ -23,6 +23,9 @@ struct stasis_error {
 	int code; /* the domain's native code */
 	char *message;
 	char *hint; /* what the user can do about it, or NULL */
+	/* The preflight check that refused, by its code ("nccl"), or NULL:
+	 * the one line ends with it, for scripts (preflight-checks.h). */
+	const char *cause;
 };
 
 /* Set *err (when err is not NULL) and return -status. */
@@ -42,6 +45,9 @@ int stasis_error_wrap(struct stasis_error **err, const char *fmt, ...)
 int stasis_error_hint(struct stasis_error **err, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
+/* Name the preflight check that refused (a static string); returns the
+ * error's -status. */
+int stasis_error_cause(struct stasis_error **err, const char *cause);
 const char *stasis_domain_name(enum stasis_domain domain);
 
 /* One line: "message (hint)". The caller frees it. */
