@@ -137,15 +137,15 @@ $(BUILD)/bin/hostile-peer: tests/hostile/hostile-peer.c $(LIB_OBJ)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
-# containerd 2.1, beside bookworm's 1.6, for the e2e tests.
-CONTAINERD2 := $(BUILD)/containerd2/bin/containerd
-$(CONTAINERD2): scripts/fetch-containerd.sh scripts/apt-private.sh | $(DEPS_OK)
-	@./scripts/fetch-containerd.sh $(BUILD)/downloads $(BUILD)/containerd2
+# containerd 2.1, beside bookworm's 1.6, and checkpointctl, for the e2e tests.
+SID_TOOLS := $(BUILD)/sid/bin/checkpointctl
+$(SID_TOOLS): scripts/fetch-sid-tools.sh scripts/apt-private.sh | $(DEPS_OK)
+	@./scripts/fetch-sid-tools.sh $(BUILD)/downloads $(BUILD)/sid
 
 unit: $(UNIT_BIN) $(FAKE_CUDA)
 	@./tests/unit/run $(UNIT_BIN)
 
-e2e: all $(FAKE_CUDA) $(WORKLOADS) $(CONTAINERD2)
+e2e: all $(FAKE_CUDA) $(WORKLOADS) $(SID_TOOLS)
 	@./tests/e2e/run $(BUILD)
 
 # CRIU's own tests (zdtm) with upstream's CRIU and with stasis's patched one:
@@ -153,7 +153,7 @@ e2e: all $(FAKE_CUDA) $(WORKLOADS) $(CONTAINERD2)
 zdtm: $(CRIU)/lib/libcriu.a | $(DEPS_OK)
 	@./scripts/zdtm.sh $(BUILD)
 
-check: all $(CONTAINERD2)
+check: all $(SID_TOOLS)
 	@$(MAKE) --no-print-directory format-check
 	@./tests/run-all $(BUILD)
 	@$(MAKE) --no-print-directory zdtm

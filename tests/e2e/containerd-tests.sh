@@ -427,13 +427,13 @@ ctrd_remove_all_but_links() {
 	done
 }
 
-# containerd 2.1 (make fetches it: scripts/fetch-containerd.sh), as current
+# containerd 2.1 (make fetches it: scripts/fetch-sid-tools.sh), as current
 # distributions run it, beside bookworm's 1.6 that the tests above use:
 # the same checkpoint and restore (twice, under another name), a
 # --leave-running restart, and a restore from a containerd image, in a
 # containerd and folders of their own. bookworm's runc 1.1 runs under it.
 test_containerd2_current() {
-	local bin="$BUILD/containerd2/bin" r=0
+	local bin="$BUILD/sid/bin" r=0
 	[ -x "$bin/containerd" ] || { fail "no containerd 2.1 in $bin (make check fetches it)"; return 1; }
 	local PATH="$bin:$PATH" TMP="$TMP/containerd2" CTRD="$TMP/containerd2/containerd"
 	local -x CONTAINERD_ADDRESS="$CTRD/state/containerd.sock"
@@ -456,7 +456,7 @@ test_containerd2_current() {
 # the checkpoint with its files as they were then, and every CRIU run went
 # through stasis's CRIU.
 test_containerd2_ctr_checkpoint() {
-	local bin="$BUILD/containerd2/bin" id=ck1 at root log
+	local bin="$BUILD/sid/bin" id=ck1 at root log
 	[ -x "$bin/containerd" ] || { fail "no containerd 2.1 in $bin (make check fetches it)"; return 1; }
 	local TMP="$TMP/containerd2-ctr" CTRD="$TMP/containerd2-ctr/containerd"
 	local -x CONTAINERD_ADDRESS="$CTRD/state/containerd.sock"

@@ -6,6 +6,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <json-c/json.h>
 #include <limits.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -138,25 +139,85 @@ static int add_criu_folder(struct archive *a, int dirfd, const char *out, struct
 	return r;
 }
 
-/* A container's spec and the few facts checkpointctl shows of it. */
-static int add_container(struct archive *a, const struct manifest *m, const char *out,
-			 struct stasis_error **err)
+/* checkpointctl takes an archive only with a folder entry for CRIU's
+ * files, which a tar of the files alone lacks. */
+static int add_folder(struct archive *a, const char *name, const char *out,
+		      struct stasis_error **err)
 {
-	char config[2048];
+	struct archive_entry *e = archive_entry_new();
 	int r = 0;
 
-	if (!m->container.runtime)
-		return 0;
+	if (!e)
+		return stasis_error_errno(err, ENOMEM, "out of memory");
+	archive_entry_set_pathname(e, name);
+	archive_entry_set_filetype(e, AE_IFDIR);
+	archive_entry_set_perm(e, 0700);
+	archive_entry_set_mtime(e, time(NULL), 0);
+	if (archive_write_header(a, e) != ARCHIVE_OK)
+		r = archive_fail(a, "writing", out, err);
+	archive_entry_free(e);
+	return r;
+}
+
+static int add_json(struct archive *a, const char *name, json_object *o, const char *out,
+		    struct stasis_error **err)
+{
+	const char *text = o ? json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN) : NULL;
+	int r = text ? add_bytes(a, name, text, strlen(text), out, err)
+		     : stasis_error_errno(err, ENOMEM, "out of memory");
+
+	json_object_put(o);
+	return r;
+}
+
+static void put_string(json_object *o, const char *key, const char *value)
+{
+	if (value && *value)
+		json_object_object_add(o, key, json_object_new_string(value));
+}
+
+/* What checkpointctl, podman and containerd read of the workload:
+ * config.dump (checkpointctl's ContainerConfig) and spec.dump (an OCI
+ * spec: a container's own, else one that names the tree's root process,
+ * made by stasis). */
+static int add_workload(struct archive *a, const struct manifest *m, const char *out,
+			struct stasis_error **err)
+{
+	const struct manifest_process *root = m->nprocs ? manifest_root(m) : NULL;
+	json_object *config = json_object_new_object(), *spec = NULL;
+	char pid[16] = "";
+	int r = 0;
+
+	if (root)
+		snprintf(pid, sizeof(pid), "%d", (int)root->pid);
+	put_string(config, "id", m->container.id ? m->container.id : pid);
+	put_string(config, "name", m->container.id ? m->container.id : root ? root->comm : "");
+	put_string(config, "rootfsImageName", m->container.image);
+	put_string(config, "runtime", m->container.runtime);
+	put_string(config, "createdTime", m->created);
+	put_string(config, "checkpointedTime", m->created);
 	if (m->container.spec)
 		r = add_bytes(a, ARCHIVE_SPEC, m->container.spec, strlen(m->container.spec), out,
 			      err);
-	snprintf(config, sizeof(config),
-		 "{\"id\":\"%s\",\"name\":\"%s\",\"rootfsImageName\":\"%s\","
-		 "\"ociRuntime\":\"%s\",\"createdTime\":\"%s\"}\n",
-		 m->container.id ? m->container.id : "", m->container.id ? m->container.id : "",
-		 m->container.image ? m->container.image : "", m->container.runtime,
-		 m->created ? m->created : "");
-	return r < 0 ? r : add_bytes(a, ARCHIVE_CONFIG, config, strlen(config), out, err);
+	else {
+		json_object *process = json_object_new_object(), *args = json_object_new_array();
+		json_object *annotations = json_object_new_object();
+
+		spec = json_object_new_object();
+		json_object_array_add(args, json_object_new_string(root ? root->comm : ""));
+		json_object_object_add(process, "args", args);
+		json_object_object_add(spec, "ociVersion", json_object_new_string("1.0.2"));
+		json_object_object_add(spec, "process", process);
+		json_object_object_add(annotations, "io.container.manager",
+				       json_object_new_string("stasis"));
+		json_object_object_add(spec, "annotations", annotations);
+		r = add_json(a, ARCHIVE_SPEC, spec, out, err);
+	}
+	if (r < 0) {
+		json_object_put(config);
+		return r;
+	}
+	return add_json(a, ARCHIVE_CONFIG, config, out, err);
 }
 
 int image_archive_create(const char *path, struct stasis_error **err)
@@ -192,9 +253,11 @@ int image_archive_write(const char *dir, const struct manifest *m, int fd, const
 	if (r == 0 && faccessat(dirfd, "manifest.seal", F_OK, AT_SYMLINK_NOFOLLOW) == 0)
 		r = add_file(a, dirfd, "manifest.seal", "manifest.seal", path, err);
 	if (r == 0)
+		r = add_folder(a, ARCHIVE_CRIU_DIR "/", path, err);
+	if (r == 0)
 		r = add_criu_folder(a, dirfd, path, err);
 	if (r == 0)
-		r = add_container(a, m, path, err);
+		r = add_workload(a, m, path, err);
 	if (archive_write_close(a) != ARCHIVE_OK && r == 0)
 		r = archive_fail(a, "writing", path, err);
 	archive_write_free(a);
