@@ -5,17 +5,20 @@
 # beside bookworm's 1.6, whose Go binaries need glibc 2.34, which bookworm
 # has; and checkpointctl 1.3, which needs glibc 2.38: it runs through the
 # suite's own loader and C library (DESTDIR/libc), bookworm's being 2.36.
-# apt checks each package against the suite's signed index.
+# And runc 1.3 for the GPU machine's bundle alone (DESTDIR/gpu: it needs
+# glibc 2.38 and runs where that is, gpu-bundle.sh). apt checks each
+# package against the suite's signed index.
 #
-# usage: fetch-sid-tools.sh DOWNLOADDIR DESTDIR (DESTDIR/bin, DESTDIR/libc)
+# usage: fetch-sid-tools.sh DOWNLOADDIR DESTDIR (DESTDIR/bin, libc, gpu)
 set -eu
 
 CONTAINERD=2.1.9
 CHECKPOINTCTL=1.3.0
+RUNC=1.3.6
 SUITES="sid forky"
 downloads=$1
 dest=$2
-done_mark="$dest/.fetched-$CONTAINERD-$CHECKPOINTCTL"
+done_mark="$dest/.fetched-$CONTAINERD-$CHECKPOINTCTL-$RUNC"
 [ -f "$done_mark" ] && exit 0
 mkdir -p "$downloads"
 
@@ -50,14 +53,16 @@ deb() {
 }
 
 rm -rf "$dest"
-mkdir -p "$dest/bin" "$dest/libc" "$work/x"
+mkdir -p "$dest/bin" "$dest/libc" "$dest/gpu" "$work/x" "$work/runc"
 dpkg-deb -x "$(deb containerd "$CONTAINERD")" "$work/x"
 dpkg-deb -x "$(deb checkpointctl "$CHECKPOINTCTL")" "$work/x"
 for b in containerd ctr containerd-shim-runc-v2 checkpointctl; do
 	install -m 755 "$work/x/usr/bin/$b" "$dest/bin/$b"
 done
+dpkg-deb -x "$(deb runc "$RUNC")" "$work/runc"
+install -m 755 "$work/runc/usr/sbin/runc" "$dest/gpu/runc"
 dpkg-deb -x "$(deb libc6 "")" "$work/libc"
 cp -a "$work/libc/usr/lib/x86_64-linux-gnu/." "$dest/libc/"
 "$dest/libc/ld-linux-x86-64.so.2" --library-path "$dest/libc" "$dest/bin/checkpointctl" --help >/dev/null
 touch "$done_mark"
-echo "fetch-sid-tools: $("$dest/bin/containerd" --version), checkpointctl $CHECKPOINTCTL"
+echo "fetch-sid-tools: $("$dest/bin/containerd" --version), checkpointctl $CHECKPOINTCTL, runc $RUNC (for the GPU machine)"

@@ -40,6 +40,9 @@ fi
 # tests/gpu/run unpacks it into bin/.
 tar -cf - -C "$(dirname "$(command -v containerd)")" containerd ctr containerd-shim-runc-v2 |
 	xz -T0 -6 >"$out/containerd.tar.xz"
+# runc 1.3 (fetch-sid-tools.sh), for the runtimes' own commands
+# (t_runc13_own_commands): it needs glibc 2.38, which the GPU machine has.
+[ -x "$build/sid/gpu/runc" ] && xz -T0 -9 -c "$build/sid/gpu/runc" >"$out/bin/runc-1.3.xz"
 # zstd and zstat: how far the images compress (bench/run).
 cp "$(command -v zstd)" "$out/bin/zstd"
 cc -O2 -o "$out/bench/zstat" "$root/bench/zstat.c" -lzstd
