@@ -1,8 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 #include "preflight-checks.h"
 
+#include <errno.h>
 #include <stdio.h>
 
+#include "criu-rpc.h"
+#include "criu-settings.h"
 #include "devfiles.h"
 #include "mappings.h"
 #include "namespaces.h"
@@ -12,6 +15,14 @@
 #include "sockets.h"
 
 /* ---- a tree, at checkpoint and migrate ---- */
+
+/* The GPU steps run inside CRIU's freeze, asked for by stasis's plugin,
+ * which learns stasis's socket from CRIU's settings: another CRIU would
+ * have the plugin do them by itself, behind stasis's back. */
+static int tree_criu(const struct preflight_tree *t, struct stasis_error **err)
+{
+	return t->batch && t->batch->n ? preflight_criu_for_gpus(err) : 0;
+}
 
 /* A migration's destination finds CUDA processes in a PID namespace of
  * the tree's own by their PIDs inside it. */
@@ -65,6 +76,7 @@ static int tree_image_room(const struct preflight_tree *t, struct stasis_error *
 }
 
 const struct preflight_tree_check preflight_tree_checks[] = {
+    {"criu", tree_criu},
     {"namespaces", tree_namespaces},
     {"gpu-mode", tree_gpu_mode},
     {"host-memory", tree_host_memory},
@@ -77,6 +89,18 @@ const struct preflight_tree_check preflight_tree_checks[] = {
 };
 const size_t preflight_tree_nchecks =
     sizeof(preflight_tree_checks) / sizeof(preflight_tree_checks[0]);
+
+int preflight_criu_for_gpus(struct stasis_error **err)
+{
+	if (criu_takes_settings())
+		return 0;
+	stasis_error_set(err, ENOTSUP, STASIS_DOMAIN_CRIU, 0,
+			 "the CRIU at %s takes no settings (--setting): the GPU steps need "
+			 "stasis's CRIU",
+			 criu_binary());
+	stasis_error_hint(err, "nothing was changed; unset STASIS_CRIU or install stasis whole");
+	return stasis_error_cause(err, "criu");
+}
 
 int preflight_tree_run(const struct preflight_tree *t, struct stasis_error **err)
 {

@@ -34,6 +34,10 @@ struct preflight_tree_check {
 extern const struct preflight_tree_check preflight_tree_checks[];
 extern const size_t preflight_tree_nchecks;
 
+/* GPU work needs stasis's CRIU: refused (cause "criu") where the CRIU
+ * stasis runs takes no settings; for restores too. */
+int preflight_criu_for_gpus(struct stasis_error **err);
+
 /* Every tree check in turn; the first refusal, with its cause. */
 int preflight_tree_run(const struct preflight_tree *t, struct stasis_error **err);
 

@@ -28,6 +28,7 @@
 #include "lock.h"
 #include "mappings.h"
 #include "note.h"
+#include "preflight-checks.h"
 #include "shm-remap.h"
 #include "nvml.h"
 #include "proc.h"
@@ -112,6 +113,9 @@ int restore_gpu_preflight(const struct manifest *m, const char *map, struct gpu_
 	int r = plan_gpus(m, map, plan, err);
 
 	if (r < 0 || !manifest_cuda_count(m))
+		return r;
+	r = preflight_criu_for_gpus(err);
+	if (r < 0)
 		return r;
 	/* Only the GPU restore needs cuInit: it runs beside what comes next,
 	 * CRIU's restore above all. */

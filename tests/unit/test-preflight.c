@@ -126,9 +126,9 @@ static void no_cuda_no_refusal(void **state)
  * checks run. */
 static void cause_codes(void **state)
 {
-	static const char *const tree[] = {"namespaces",  "gpu-mode",	  "host-memory",
-					   "peer-access", "device-files", "mappings",
-					   "nccl",	  "sockets",	  "image-room"};
+	static const char *const tree[] = {"criu",	  "namespaces",	  "gpu-mode", "host-memory",
+					   "peer-access", "device-files", "mappings", "nccl",
+					   "sockets",	  "image-room"};
 	struct preflight_process self = {.pid = getpid(), .comm = "test", .device_fds = 2};
 	char why[256];
 
