@@ -15,11 +15,8 @@
 
 #include "criu-causes.h"
 #include "criu-settings.h"
-#include "devfiles.h"
 #include "exec.h"
 #include "interrupt.h"
-#include "lock.h"
-#include "shm-remap.h"
 #include "stasis.h"
 #include "util.h"
 
