@@ -14,6 +14,7 @@
 #include "breakpoints.h"
 #include "cli.h"
 #include "criu-rpc.h"
+#include "preflight-checks.h"
 #include "cuda-api.h"
 #include "mappings.h"
 #include "nvml.h"
@@ -145,6 +146,21 @@ static void check_gpus(struct report *rep)
 		item(rep, OK, "mps", NULL, "not running");
 }
 
+/* The preflight's own check (its cause code "criu"): GPU work needs a
+ * CRIU that takes stasis's settings. */
+static void check_criu_settings(struct report *rep)
+{
+	_cleanup_error_ struct stasis_error *err = NULL;
+
+	if (preflight_criu_for_gpus(&err) < 0)
+		item(rep, WARNING, "criu-settings", err->hint,
+		     "%s; processes without CUDA are saved", err->message);
+	else
+		item(rep, OK, "criu-settings", NULL,
+		     "it takes stasis's settings (page writers, the plugin's socket, the "
+		     "ghost-file rule)");
+}
+
 static void check_criu(struct report *rep)
 {
 	_cleanup_error_ struct stasis_error *err = NULL;
@@ -163,6 +179,7 @@ static void check_criu(struct report *rep)
 	else
 		item(rep, OK, "criu", NULL, "CRIU %s at %s, 'criu check' looks good",
 		     criu_version_string(v, version, sizeof(version)), criu_binary());
+	check_criu_settings(rep);
 }
 
 static void check_breakpoints(struct report *rep)
