@@ -27,42 +27,49 @@ here=$(cd "$(dirname "$0")" && pwd)
 . "$here/apt-private.sh"
 
 suite_ready=""
-# deb PACKAGE UPSTREAM: the package's .deb of that upstream version (any,
-# where UPSTREAM is empty) in the downloads, fetched once.
-deb() {
-	found=$(ls "$downloads"/"$1"_"$2"*_amd64.deb 2>/dev/null | head -n1)
-	if [ -z "$found" ]; then
-		version=""
-		for suite in $SUITES; do
-			[ "$suite_ready" = "$suite" ] || apt_suite deb "$suite" || continue
-			suite_ready=$suite
-			version=$(apt_cache madison "$1" 2>/dev/null |
-				awk -v v="$2" '{ gsub(/ /, "", $3) } v == "" || index($3, v "+") == 1 || index($3, v "-") == 1 { print $3; exit }')
-			[ -n "$version" ] && break
-		done
-		if [ -z "$version" ]; then
-			echo "fetch-sid-tools: $1 $2 is not in $SUITES" >&2
-			exit 1
-		fi
-		(cd "$work" && apt_private download "$1=$version" >/dev/null) ||
-			{ echo "fetch-sid-tools: could not download $1 $version" >&2; exit 1; }
-		mv "$work"/"$1"_*.deb "$downloads/"
-		found=$(ls "$downloads"/"$1"_"$2"*_amd64.deb | head -n1)
+# fetch PACKAGE UPSTREAM: the package's .deb of that upstream version (any,
+# where UPSTREAM is empty) into the downloads, once; its path in deb. Not
+# run in a subshell: an exit ends the script, and the suite read stays.
+fetch() {
+	deb=$(ls "$downloads"/"$1"_"$2"*_amd64.deb 2>/dev/null | head -n1)
+	[ -n "$deb" ] && return 0
+	version=""
+	for suite in $SUITES; do
+		[ "$suite_ready" = "$suite" ] || apt_suite deb "$suite" || continue
+		suite_ready=$suite
+		version=$(apt_cache madison "$1" 2>/dev/null |
+			awk -v v="$2" '{ gsub(/ /, "", $3) } v == "" || index($3, v "+") == 1 || index($3, v "-") == 1 { print $3; exit }')
+		[ -n "$version" ] && break
+	done
+	if [ -z "$version" ]; then
+		echo "fetch-sid-tools: $1 $2 is not in $SUITES" >&2
+		exit 1
 	fi
-	echo "$found"
+	(cd "$work" && apt_private download "$1=$version" >/dev/null) ||
+		{ echo "fetch-sid-tools: could not download $1 $version" >&2; exit 1; }
+	mv "$work"/"$1"_*.deb "$downloads/"
+	deb=$(ls "$downloads"/"$1"_"$2"*_amd64.deb | head -n1)
 }
 
+# Everything fetched and unpacked first: checkpointctl, make's target, is
+# installed last.
 rm -rf "$dest"
-mkdir -p "$dest/bin" "$dest/libc" "$dest/gpu" "$work/x" "$work/runc"
-dpkg-deb -x "$(deb containerd "$CONTAINERD")" "$work/x"
-dpkg-deb -x "$(deb checkpointctl "$CHECKPOINTCTL")" "$work/x"
+mkdir -p "$work/x" "$work/runc" "$work/libc"
+fetch containerd "$CONTAINERD"
+dpkg-deb -x "$deb" "$work/x"
+fetch checkpointctl "$CHECKPOINTCTL"
+dpkg-deb -x "$deb" "$work/x"
+fetch runc "$RUNC"
+dpkg-deb -x "$deb" "$work/runc"
+fetch libc6 ""
+dpkg-deb -x "$deb" "$work/libc"
+"$work/libc/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2" --library-path \
+	"$work/libc/usr/lib/x86_64-linux-gnu" "$work/x/usr/bin/checkpointctl" --help >/dev/null
+mkdir -p "$dest/bin" "$dest/libc" "$dest/gpu"
+cp -a "$work/libc/usr/lib/x86_64-linux-gnu/." "$dest/libc/"
+install -m 755 "$work/runc/usr/sbin/runc" "$dest/gpu/runc"
 for b in containerd ctr containerd-shim-runc-v2 checkpointctl; do
 	install -m 755 "$work/x/usr/bin/$b" "$dest/bin/$b"
 done
-dpkg-deb -x "$(deb runc "$RUNC")" "$work/runc"
-install -m 755 "$work/runc/usr/sbin/runc" "$dest/gpu/runc"
-dpkg-deb -x "$(deb libc6 "")" "$work/libc"
-cp -a "$work/libc/usr/lib/x86_64-linux-gnu/." "$dest/libc/"
-"$dest/libc/ld-linux-x86-64.so.2" --library-path "$dest/libc" "$dest/bin/checkpointctl" --help >/dev/null
 touch "$done_mark"
 echo "fetch-sid-tools: $("$dest/bin/containerd" --version), checkpointctl $CHECKPOINTCTL, runc $RUNC (for the GPU machine)"

@@ -43,7 +43,7 @@ static int tree_host_memory(const struct preflight_tree *t, struct stasis_error 
 
 static int tree_peer_access(const struct preflight_tree *t, struct stasis_error **err)
 {
-	return peer_limit_check(t->batch, err);
+	return t->batch ? peer_limit_check(t->batch, err) : 0;
 }
 
 static int tree_device_files(const struct preflight_tree *t, struct stasis_error **err)

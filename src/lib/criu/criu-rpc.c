@@ -13,6 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "breakpoints.h"
 #include "criu-causes.h"
 #include "criu-settings.h"
 #include "exec.h"
@@ -132,8 +133,10 @@ int criu_version(struct stasis_error **err)
 		return stasis_error_hint(err, "build CRIU 4.x with 'make'");
 	}
 	known = version;
-	/* Asked here, in the preflight, rather than when the dump starts. */
+	/* Asked here, in the preflight, rather than when the dump starts
+	 * (the breakpoints' answer is cached for the boot). */
 	criu_takes_settings();
+	hw_breakpoints_probe(true);
 	return version;
 }
 

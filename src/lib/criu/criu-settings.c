@@ -109,8 +109,10 @@ struct text {
 	int error;
 };
 
-/* One line, "KEY "VALUE"" (quoted: CRIU's parser takes anything but a
- * quote, a backslash and a line's end between quotes). */
+/* One line, "KEY "VALUE"". CRIU's parser takes no quote, backslash or
+ * line's end in a value, cuts it at a '#' (a comment) and fails the whole
+ * file on some spaces: a value with any of them is refused, with a clear
+ * error, rather than given to CRIU changed. */
 static void line(struct text *t, const char *key, const char *fmt, ...)
 {
 	char value[PATH_MAX + 128];
@@ -122,7 +124,7 @@ static void line(struct text *t, const char *key, const char *fmt, ...)
 	va_end(ap);
 	if (t->error)
 		return;
-	if (n < 0 || (size_t)n >= sizeof(value) || strpbrk(value, "\"\\\n")) {
+	if (n < 0 || (size_t)n >= sizeof(value) || strpbrk(value, "\"\\\n\t #")) {
 		t->error = -EINVAL;
 		return;
 	}
@@ -199,6 +201,21 @@ int criu_settings_text(const struct criu_settings *s, char *out, size_t len)
 	return t.error;
 }
 
+/* A value CRIU could not take as stasis means it: a path of stasis's
+ * (its install folder, STASIS_RUN_DIR) with a space, a tab, '#', a quote
+ * or a backslash. */
+static int settings_refused(int r, struct stasis_error **err)
+{
+	if (r == -ENAMETOOLONG)
+		return stasis_error_errno(err, ENAMETOOLONG, "CRIU's settings do not fit");
+	stasis_error_set(
+	    err, EINVAL, STASIS_DOMAIN_USAGE, 0,
+	    "a path stasis gives CRIU has a space, a tab, '#', a quote or a backslash, "
+	    "which CRIU's configuration files cannot hold");
+	return stasis_error_hint(err, "install stasis, and set STASIS_RUN_DIR, under paths "
+				      "without them");
+}
+
 int criu_settings_conf(const struct criu_settings *s, const char *path, const char *extra,
 		       struct stasis_error **err)
 {
@@ -207,7 +224,7 @@ int criu_settings_conf(const struct criu_settings *s, const char *path, const ch
 	int r = criu_settings_text(s, text, sizeof(text));
 
 	if (r < 0)
-		return stasis_error_errno(err, -r, "CRIU's settings: a value no line can hold");
+		return settings_refused(r, err);
 	if (unlink(path) < 0 && errno != ENOENT)
 		return stasis_error_errno(err, errno, "removing %s: %s", path, strerror(errno));
 	fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
@@ -224,7 +241,7 @@ int criu_settings_file(const struct criu_settings *s, int *fd, char *path, size_
 
 	*fd = -1;
 	if (r < 0)
-		return stasis_error_errno(err, -r, "CRIU's settings: a value no line can hold");
+		return settings_refused(r, err);
 	*fd = memfd_create("stasis-criu-settings", MFD_CLOEXEC);
 	if (*fd < 0)
 		return stasis_error_errno(err, errno, "making CRIU's settings: %s",

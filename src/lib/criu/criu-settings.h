@@ -5,7 +5,9 @@
  * Nothing goes through stasis's environment, which every thread of the
  * process shares: two operations of one process each give their CRIU
  * their own. A variable the user set stays the user's choice (read, never
- * written). */
+ * written): stasis then says nothing of it, and CRIU takes it from the
+ * environment, unless a configuration file of the machine's
+ * (/etc/criu/default.conf) names it. */
 #ifndef STASIS_CRIU_SETTINGS_H
 #define STASIS_CRIU_SETTINGS_H
 #include <stdbool.h>

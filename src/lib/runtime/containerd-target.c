@@ -387,11 +387,12 @@ static int containerd_restore_images(struct target *t, struct manifest *m,
 {
 	char dir[PATH_MAX], work[PATH_MAX], spec_file[PATH_MAX + 16], link[PATH_MAX + 32];
 	char diff[PATH_MAX + 32];
-	const char *socket = getenv("STASIS_PLUGIN_SOCKET"), *map = getenv("STASIS_NVIDIA_DEV_MAP");
+	/* The restore's own, as the GPU handoff gave them (restore.c). */
 	struct runc_wrap_request req = {.images = t->images,
 					.work = work,
-					.plugin_socket = socket ? socket : "",
-					.dev_map = map ? map : ""};
+					.plugin_socket =
+					    t->criu.plugin_socket ? t->criu.plugin_socket : "",
+					.dev_map = t->criu.dev_map ? t->criu.dev_map : ""};
 	_cleanup_free_ char *spec = spec_for(t, m);
 	_cleanup_close_ int lock = -1;
 	int r;

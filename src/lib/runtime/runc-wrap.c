@@ -255,10 +255,18 @@ static int restore_instead(char **argv, int command, int argc, char *request[REQ
 	putenv(criu_path);
 	mkdir_p(request[1]);
 	/* This process only runs runc: what runc's CRIU gets goes into the
-	 * environment it hands down. */
-	if (criu_conf_env(request[1], request[2], request[3], conf_env, sizeof(conf_env)) == 0)
-		putenv(conf_env);
+	 * environment it hands down. Without it the plugin would do the GPU
+	 * restore by itself, behind stasis's back: no restore then. */
+	if (criu_conf_env(request[1], request[2], request[3], conf_env, sizeof(conf_env)) < 0) {
+		report(argv, command, "cannot write CRIU's settings in %s", request[1]);
+		snprintf(path, sizeof(path), "%s/" REQUEST, dir);
+		unlink(path);
+		free(out);
+		return 1;
+	}
+	putenv(conf_env);
 	r = run_with_stdio(out);
+	unlink(conf_env + strlen("CRIU_CONFIG_FILE="));
 	free(out);
 	snprintf(path, sizeof(path), "%s/" REQUEST, dir);
 	snprintf(done, sizeof(done), "%s/" RESTORED, dir);

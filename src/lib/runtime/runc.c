@@ -265,21 +265,29 @@ static void spec_cgroups_path(const char *bundle, char *out, size_t len)
  * container's (on one host, frozen, when it was paused for a migration),
  * not the one runc made for id. The configuration file CRIU reads before
  * runc's requests gives it that root: its line into line, or "" on cgroup
- * v1. */
-static void cgroup2_root_line(const char *bundle, const char *id, char *line, size_t len)
+ * v1. The path comes from the bundle's spec: one CRIU's parser would read
+ * as more than a path (a line's end starts another option) is refused. */
+static int cgroup2_root_line(const char *bundle, const char *id, char *line, size_t len,
+			     struct stasis_error **err)
 {
 	char own[PATH_MAX], spec_path[PATH_MAX], root[PATH_MAX];
 
 	line[0] = '\0';
 	if (access("/sys/fs/cgroup/cgroup.controllers", F_OK) < 0)
-		return;
+		return 0;
 	proc_cgroup(getpid(), own, sizeof(own));
 	if (!own[0])
-		return;
+		return 0;
 	spec_cgroups_path(bundle, spec_path, sizeof(spec_path));
 	runc_cgroup2_path(own, spec_path, id, root, sizeof(root));
+	if (strpbrk(root, " \t\n\r\"\\#"))
+		return stasis_error_set(
+		    err, EINVAL, STASIS_DOMAIN_USAGE, 0,
+		    "the bundle's linux.cgroupsPath gives a cgroup with a space, a "
+		    "line's end, '#', a quote or a backslash");
 	/* ":" names the cgroup v2 hierarchy alone (CRIU's controller ""). */
 	snprintf(line, len, "cgroup-root :%s\n", root);
+	return 0;
 }
 
 int runc_restore(const char *id, const char *bundle, const char *images, const char *work,
@@ -288,8 +296,10 @@ int runc_restore(const char *id, const char *bundle, const char *images, const c
 	const char *args[] = {"--detach", "--image-path", images, "--work-path", work, "--bundle",
 			      bundle,	  "--file-locks", id,	  NULL};
 	char cgroup_root[PATH_MAX + 32];
+	int r = cgroup2_root_line(bundle, id, cgroup_root, sizeof(cgroup_root), err);
 
-	cgroup2_root_line(bundle, id, cgroup_root, sizeof(cgroup_root));
+	if (r < 0)
+		return r;
 	return run_criu_command(NULL, "restore", "restore.log", id, work, args, settings,
 				cgroup_root, err);
 }
