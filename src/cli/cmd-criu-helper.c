@@ -14,6 +14,16 @@
 
 #include "cli.h"
 #include "gpu-handoff.h"
+#include "preflight-checks.h"
+
+/* The checks gpu suspend makes of a running CUDA process (an NCCL rank
+ * whose communicators cannot be taken apart, what it maps): a CRIU that
+ * stasis did not start refuses the same ones, before any lock. */
+static int refuse_process(pid_t pid, const char *comm, struct stasis_error **err)
+{
+	return preflight_process_refuse(
+	    &(struct preflight_process){.pid = pid, .comm = comm, .cuda = true}, err);
+}
 
 int criu_helper_main(int argc, char **argv)
 {
@@ -35,7 +45,7 @@ int criu_helper_main(int argc, char **argv)
 	signal(SIGTERM, SIG_IGN);
 	signal(SIGHUP, SIG_IGN);
 	signal(SIGPIPE, SIG_IGN);
-	if (gpu_handoff_serve_helper((int)fd, &err) < 0)
+	if (gpu_handoff_serve_helper((int)fd, refuse_process, &err) < 0)
 		return cli_fail("criu-helper", err);
 	return EXIT_OK;
 }

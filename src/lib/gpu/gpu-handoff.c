@@ -136,6 +136,12 @@ static int standalone_find(struct gpu_handoff *h, pid_t root, struct stasis_erro
 	r = gpu_find_cuda(pids, h->own_m.nprocs, batch, err);
 	if (r == 0)
 		r = gpu_preflight_running(batch, err);
+	for (size_t i = 0; r == 0 && h->refuse && i < batch->n; i++) {
+		char comm[32];
+
+		r = h->refuse(batch->procs[i].pid,
+			      proc_comm(batch->procs[i].pid, comm, sizeof(comm)), err);
+	}
 	if (r == 0)
 		gpu_mark_cuda(batch, &h->own_m);
 	batch->lock_timeout_ms = GPU_DEFAULT_LOCK_TIMEOUT_MS;
@@ -357,9 +363,9 @@ int gpu_handoff_restore_begin(struct gpu_handoff *h, struct manifest *m,
 	return manifest_cuda_count(m) ? plugin_channel_open(&handoff_ops, h, &h->channel, err) : 0;
 }
 
-int gpu_handoff_serve_helper(int fd, struct stasis_error **err)
+int gpu_handoff_serve_helper(int fd, gpu_process_refuse_fn refuse, struct stasis_error **err)
 {
-	struct gpu_handoff h = {.standalone = true};
+	struct gpu_handoff h = {.standalone = true, .refuse = refuse};
 	int r;
 
 	manifest_init(&h.own_m);

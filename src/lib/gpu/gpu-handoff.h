@@ -27,6 +27,10 @@ struct gpu_dump_plan {
 	void *ctx;
 };
 
+/* A check of a running CUDA process before any GPU step: 0, or a
+ * refusal in err (the preflight's, which sits above this layer). */
+typedef int (*gpu_process_refuse_fn)(pid_t pid, const char *comm, struct stasis_error **err);
+
 struct gpu_handoff {
 	struct plugin_channel *channel;
 	struct manifest *m;
@@ -44,6 +48,7 @@ struct gpu_handoff {
 	/* The helper of a CRIU that stasis did not start: it finds the
 	 * tree's CUDA processes itself, into these. */
 	bool standalone;
+	gpu_process_refuse_fn refuse;
 	struct gpu_batch own_batch;
 	struct manifest own_m;
 };
@@ -85,8 +90,9 @@ int gpu_handoff_dump_end(struct gpu_handoff *h, int dumped, struct stasis_error 
  * conversations on fd until CRIU closes it, finding the CUDA processes
  * itself (every one of the tree at a dump, the checkpointed ones of the
  * restored tree at a restore). A tree still locked when CRIU went away is
- * brought back to running. */
-int gpu_handoff_serve_helper(int fd, struct stasis_error **err);
+ * brought back to running. refuse (the preflight's checks of a running
+ * process, NULL: none) is asked of each CUDA process before any lock. */
+int gpu_handoff_serve_helper(int fd, gpu_process_refuse_fn refuse, struct stasis_error **err);
 
 /* Stop serving a restore: 1 when the GPU work ran inside CRIU, 0 when CRIU never
  * asked for it, or the -status of its failure with *err set. */
