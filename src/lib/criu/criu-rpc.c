@@ -132,11 +132,24 @@ int criu_version(struct stasis_error **err)
 				 criu_version_string(CRIU_MIN_VERSION, need, sizeof(need)));
 		return stasis_error_hint(err, "build CRIU 4.x with 'make'");
 	}
-	known = version;
 	/* Asked here, in the preflight, rather than when the dump starts
-	 * (the breakpoints' answer is cached for the boot). */
-	criu_takes_settings();
+	 * (the breakpoints' answer is cached for the boot). Where they do not
+	 * work CRIU must be told (CRIU_FAULT), else it waits for ever on its
+	 * parasite: a CRIU without settings only through the user's
+	 * environment. */
+	if (!criu_takes_settings() && !getenv("CRIU_FAULT") &&
+	    hw_breakpoints_probe(true) == HW_BREAKPOINTS_BROKEN) {
+		stasis_error_set(
+		    err, ENOTSUP, STASIS_DOMAIN_CRIU, 0,
+		    "hardware breakpoints do not work on this machine, and the CRIU at "
+		    "%s takes no settings to be told so",
+		    criu_binary());
+		return stasis_error_hint(err,
+					 "run stasis with CRIU_FAULT=" CRIU_FAULT_NO_BREAKPOINTS
+					 " in its environment, or with stasis's CRIU");
+	}
 	hw_breakpoints_probe(true);
+	known = version;
 	return version;
 }
 
