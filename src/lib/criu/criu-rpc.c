@@ -111,6 +111,7 @@ int criu_version(struct stasis_error **err)
 	static int known; /* the binary does not change under a run */
 	criu_opts *opts = NULL;
 	char have[32], need[32];
+	enum hw_breakpoints breakpoints;
 	int version, r;
 
 	if (known) {
@@ -137,8 +138,9 @@ int criu_version(struct stasis_error **err)
 	 * work CRIU must be told (CRIU_FAULT), else it waits for ever on its
 	 * parasite: a CRIU without settings only through the user's
 	 * environment. */
+	breakpoints = hw_breakpoints_probe(true);
 	if (!criu_takes_settings() && !getenv("CRIU_FAULT") &&
-	    hw_breakpoints_probe(true) == HW_BREAKPOINTS_BROKEN) {
+	    breakpoints == HW_BREAKPOINTS_BROKEN) {
 		stasis_error_set(
 		    err, ENOTSUP, STASIS_DOMAIN_CRIU, 0,
 		    "hardware breakpoints do not work on this machine, and the CRIU at "
@@ -148,7 +150,6 @@ int criu_version(struct stasis_error **err)
 					 "run stasis with CRIU_FAULT=" CRIU_FAULT_NO_BREAKPOINTS
 					 " in its environment, or with stasis's CRIU");
 	}
-	hw_breakpoints_probe(true);
 	known = version;
 	return version;
 }

@@ -198,21 +198,6 @@ static int prepare_bundle(char **argv, int command, const char *bundle, const ch
 /* "runc GLOBALS create [options] ID" becomes "runc GLOBALS restore
  * --detach ... ID" for the image of the request; create's options that
  * restore does not take are dropped. */
-/* The restore's CRIU settings (the plugin's socket and device map) in
- * work/criu.conf, and "CRIU_CONFIG_FILE=" it into env. */
-static int criu_conf_env(const char *work, const char *socket, const char *dev_map, char *env,
-			 size_t len)
-{
-	struct criu_settings s = {.plugin_socket = socket, .dev_map = dev_map};
-	char conf[PATH_MAX + 32];
-
-	snprintf(conf, sizeof(conf), "%s/criu.conf", work);
-	if (criu_settings_conf(&s, conf, NULL, NULL) < 0)
-		return -1;
-	snprintf(env, len, "CRIU_CONFIG_FILE=%s", conf);
-	return 0;
-}
-
 static int restore_instead(char **argv, int command, int argc, char *request[REQUEST_LINES],
 			   const char *dir)
 {
@@ -257,7 +242,10 @@ static int restore_instead(char **argv, int command, int argc, char *request[REQ
 	/* This process only runs runc: what runc's CRIU gets goes into the
 	 * environment it hands down. Without it the plugin would do the GPU
 	 * restore by itself, behind stasis's back: no restore then. */
-	if (criu_conf_env(request[1], request[2], request[3], conf_env, sizeof(conf_env)) < 0) {
+	if (runc_criu_conf(
+		request[1],
+		&(struct criu_settings){.plugin_socket = request[2], .dev_map = request[3]}, NULL,
+		conf_env, sizeof(conf_env), NULL) < 0) {
 		report(argv, command, "cannot write CRIU's settings in %s", request[1]);
 		snprintf(path, sizeof(path), "%s/" REQUEST, dir);
 		unlink(path);

@@ -163,11 +163,8 @@ static char *const *env_with_criu_path(char *const env[], char *path, size_t len
 	return full;
 }
 
-/* runc's CRIU reads CRIU_CONFIG_FILE (before runc's own runc.conf): a
- * file of root's in work with the operation's settings and, where given,
- * more lines (extra). env gets the variable. */
-static int criu_conf(const char *work, const struct criu_settings *settings, const char *extra,
-		     char *env, size_t len, struct stasis_error **err)
+int runc_criu_conf(const char *work, const struct criu_settings *settings, const char *extra,
+		   char *env, size_t len, struct stasis_error **err)
 {
 	char conf[PATH_MAX + 32];
 	int r;
@@ -206,7 +203,7 @@ static int run_criu_command(const char *root, const char *command, const char *c
 	snprintf(criu_log, sizeof(criu_log), "%s/%s", work, criu_log_name);
 	if (mkdir_p(work) < 0)
 		return stasis_error_errno(err, errno, "creating %s", work);
-	r = criu_conf(work, settings, conf_extra, conf_env, sizeof(conf_env), err);
+	r = runc_criu_conf(work, settings, conf_extra, conf_env, sizeof(conf_env), err);
 	if (r < 0)
 		return r;
 	r = exec_run_env(argv, env_with_criu_path(env, path, sizeof(path), full), NULL);

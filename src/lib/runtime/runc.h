@@ -25,6 +25,12 @@ const char *runc_binary(void);
  * PATH. */
 void runc_criu_path(char *buf, size_t len);
 
+/* runc's CRIU reads CRIU_CONFIG_FILE (before runc's own runc.conf): a
+ * file of root's, work/criu.conf, with the operation's settings and, where
+ * given, more lines (extra). env gets "CRIU_CONFIG_FILE=...". */
+int runc_criu_conf(const char *work, const struct criu_settings *settings, const char *extra,
+		   char *env, size_t len, struct stasis_error **err);
+
 /* runc_binary() answers; ENOENT "runc not found" otherwise. */
 int runc_require(struct stasis_error **err);
 
