@@ -216,8 +216,8 @@ static int settings_refused(int r, struct stasis_error **err)
 				      "without them");
 }
 
-int criu_settings_conf(const struct criu_settings *s, const char *path, const char *extra,
-		       struct stasis_error **err)
+int criu_settings_conf(const struct criu_settings *s, const char *path, const char *before,
+		       const char *extra, struct stasis_error **err)
 {
 	char text[8192];
 	_cleanup_close_ int fd = -1;
@@ -228,7 +228,10 @@ int criu_settings_conf(const struct criu_settings *s, const char *path, const ch
 	if (unlink(path) < 0 && errno != ENOENT)
 		return stasis_error_errno(err, errno, "removing %s: %s", path, strerror(errno));
 	fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-	if (fd < 0 || dprintf(fd, "%s%s", text, extra ? extra : "") < 0)
+	before = before ? before : "";
+	if (fd < 0 || dprintf(fd, "%s%s%s%s", before,
+			      *before && before[strlen(before) - 1] != '\n' ? "\n" : "", text,
+			      extra ? extra : "") < 0)
 		return stasis_error_errno(err, errno, "writing %s: %s", path, strerror(errno));
 	return 0;
 }

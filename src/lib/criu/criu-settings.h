@@ -39,11 +39,12 @@ int criu_settings_text(const struct criu_settings *s, char *out, size_t len);
 int criu_settings_file(const struct criu_settings *s, int *fd, char *path, size_t len,
 		       struct stasis_error **err);
 
-/* The text, then extra (more lines, or NULL), in a new file at path, of
- * root's alone (a file there before is removed; no link is followed):
- * for runc's CRIU, which reads CRIU_CONFIG_FILE. */
-int criu_settings_conf(const struct criu_settings *s, const char *path, const char *extra,
-		       struct stasis_error **err);
+/* before (lines, or NULL), the text, then extra (more lines, or NULL), in
+ * a new file at path, of root's alone (a file there before is removed; no
+ * link is followed): for runc's CRIU, which reads CRIU_CONFIG_FILE. What
+ * comes later wins where both set a value. */
+int criu_settings_conf(const struct criu_settings *s, const char *path, const char *before,
+		       const char *extra, struct stasis_error **err);
 
 /* How many processes write a dump's pages (CRIU_PAGE_WRITERS: the user's,
  * else one a CPU, at most 8); 1 when each task's are written while it is

@@ -23,6 +23,7 @@
 #define REQUEST "restore-request"
 #define RESTORED "restored"
 #define REQUEST_LINES 6
+#define CRIU_LINK_DIR "criu-bin" /* runc_criu_path's link to stasis's CRIU */
 
 int runc_wrap_prepare(const char *dir, const struct runc_wrap_request *req, char *link, size_t len,
 		      struct stasis_error **err)
@@ -52,6 +53,9 @@ void runc_wrap_remove(const char *dir)
 	static const char *const names[] = {RUNC_WRAP_NAME, REQUEST, RESTORED, "config.json",
 					    "address"};
 	char path[PATH_MAX + 32];
+
+	snprintf(path, sizeof(path), "%s/" CRIU_LINK_DIR, dir);
+	runc_criu_path_done(path);
 
 	for (size_t i = 0; i < ARRAY_SIZE(names); i++) {
 		snprintf(path, sizeof(path), "%s/%s", dir, names[i]);
@@ -203,6 +207,7 @@ static int restore_instead(char **argv, int command, int argc, char *request[REQ
 {
 	char **out = calloc((size_t)argc + 16, sizeof(*out));
 	char done[PATH_MAX + 32], path[PATH_MAX + 32], bundle[PATH_MAX];
+	char link_dir[PATH_MAX + 32];
 	static char criu_path[2 * PATH_MAX]; /* in the environment: putenv */
 	static char conf_env[PATH_MAX + 64];
 	int n = 0, r;
@@ -236,9 +241,10 @@ static int restore_instead(char **argv, int command, int argc, char *request[REQ
 	for (size_t i = 0; i < ARRAY_SIZE(fixed); i++)
 		out[n++] = fixed[i];
 	out[n] = NULL;
-	runc_criu_path(criu_path, sizeof(criu_path));
-	putenv(criu_path);
 	mkdir_p(request[1]);
+	snprintf(link_dir, sizeof(link_dir), "%s/" CRIU_LINK_DIR, request[1]);
+	runc_criu_path(link_dir, criu_path, sizeof(criu_path));
+	putenv(criu_path);
 	/* This process only runs runc: what runc's CRIU gets goes into the
 	 * environment it hands down. Without it the plugin would do the GPU
 	 * restore by itself, behind stasis's back: no restore then. */
@@ -255,6 +261,7 @@ static int restore_instead(char **argv, int command, int argc, char *request[REQ
 	putenv(conf_env);
 	r = run_with_stdio(out);
 	unlink(conf_env + strlen("CRIU_CONFIG_FILE="));
+	runc_criu_path_done(link_dir);
 	free(out);
 	snprintf(path, sizeof(path), "%s/" REQUEST, dir);
 	snprintf(done, sizeof(done), "%s/" RESTORED, dir);
@@ -295,7 +302,9 @@ int runc_wrap_main(int argc, char **argv)
 	out[1] = (char *)"--criu";
 	out[2] = (char *)criu_binary();
 	memcpy(out + 3, argv + 1, (size_t)argc * sizeof(*out));
-	runc_criu_path(criu_path, sizeof(criu_path));
+	/* The link stays in this container's folder until it goes. */
+	snprintf(path, sizeof(path), "%s/" CRIU_LINK_DIR, here);
+	runc_criu_path(path, criu_path, sizeof(criu_path));
 	putenv(criu_path);
 	execvp(out[0], out);
 	fprintf(stderr, "%s: cannot run %s: %s\n", RUNC_WRAP_NAME, out[0], strerror(errno));

@@ -24,15 +24,53 @@ const char *runc_binary(void)
 	return env && *env ? env : "runc";
 }
 
-void runc_criu_path(char *buf, size_t len)
+/* link_dir/criu -> stasis's CRIU, in a folder of root's made for it
+ * (0700, not followed if something else is there): runc's PATH then
+ * finds stasis's CRIU under the name it looks for. */
+static int criu_link(const char *link_dir, const char *criu)
+{
+	char target[PATH_MAX];
+	struct stat st;
+	int dir;
+
+	if (!realpath(criu, target))
+		return -1;
+	if (mkdir(link_dir, 0700) < 0 && errno != EEXIST)
+		return -1;
+	dir = open(link_dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (dir < 0)
+		return -1;
+	if (fstat(dir, &st) < 0 || st.st_uid != geteuid() || (st.st_mode & 077)) {
+		close(dir);
+		return -1;
+	}
+	unlinkat(dir, "criu", 0);
+	int r = symlinkat(target, dir, "criu");
+	close(dir);
+	return r;
+}
+
+void runc_criu_path(const char *link_dir, char *buf, size_t len)
 {
 	char dir[PATH_MAX];
-	const char *path = getenv("PATH");
+	const char *path = getenv("PATH"), *criu = criu_binary(), *base = strrchr(criu, '/');
 
-	snprintf(dir, sizeof(dir), "%s", criu_binary());
+	snprintf(dir, sizeof(dir), "%s", criu);
+	if (strcmp(base ? base + 1 : criu, "criu") != 0 && link_dir &&
+	    criu_link(link_dir, criu) == 0)
+		snprintf(dir, sizeof(dir), "%s/criu", link_dir); /* dirname takes the link off */
 	snprintf(buf, len, "PATH=%s:%s", dirname(dir),
 		 path && *path ? path
 			       : "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin");
+}
+
+void runc_criu_path_done(const char *link_dir)
+{
+	char link[PATH_MAX + 8];
+
+	snprintf(link, sizeof(link), "%s/criu", link_dir);
+	unlink(link);
+	rmdir(link_dir);
 }
 
 int runc_require(struct stasis_error **err)
@@ -151,11 +189,12 @@ static int runc_failure(struct stasis_error **err, const char *what, const char 
  * so CRIU's) environment. runc 1.2 and later ignore --criu and run the
  * criu of their PATH: stasis's CRIU comes first in it too. */
 /* env with "PATH=<stasis's CRIU's folder>:$PATH" first, in full. */
-static char *const *env_with_criu_path(char *const env[], char *path, size_t len, char *full[16])
+static char *const *env_with_criu_path(const char *link_dir, char *const env[], char *path,
+				       size_t len, char *full[16])
 {
 	size_t n = 0;
 
-	runc_criu_path(path, len);
+	runc_criu_path(link_dir, path, len);
 	full[n++] = path;
 	for (; env && *env && n < 15; env++)
 		full[n++] = *env;
@@ -167,10 +206,17 @@ int runc_criu_conf(const char *work, const struct criu_settings *settings, const
 		   char *env, size_t len, struct stasis_error **err)
 {
 	char conf[PATH_MAX + 32];
+	const char *user = getenv("CRIU_CONFIG_FILE");
+	_cleanup_free_ char *users = NULL;
 	int r;
 
+	/* The variable is the user's way to give CRIU options: stasis's file
+	 * takes its place, so its lines come first in it. */
+	if (user && *user && !(users = read_file_str_max(user, 65536, NULL)))
+		return stasis_error_errno(err, errno, "reading CRIU_CONFIG_FILE %s: %s", user,
+					  strerror(errno));
 	snprintf(conf, sizeof(conf), "%s/criu.conf", work);
-	r = criu_settings_conf(settings, conf, extra, err);
+	r = criu_settings_conf(settings, conf, users, extra, err);
 	if (r == 0)
 		snprintf(env, len, "CRIU_CONFIG_FILE=%s", conf);
 	return r;
@@ -182,7 +228,7 @@ static int run_criu_command(const char *root, const char *command, const char *c
 			    struct stasis_error **err)
 {
 	char log[PATH_MAX + 16], criu_log[PATH_MAX + 16], path[2 * PATH_MAX];
-	char conf_env[PATH_MAX + 64];
+	char conf_env[PATH_MAX + 64], link_dir[PATH_MAX + 16];
 	char *full[16], *env[] = {conf_env, NULL};
 	const char *argv[32] = {runc_binary(), "--log",	 log,	       "--log-format",
 				"json",	       "--criu", criu_binary()};
@@ -206,9 +252,11 @@ static int run_criu_command(const char *root, const char *command, const char *c
 	r = runc_criu_conf(work, settings, conf_extra, conf_env, sizeof(conf_env), err);
 	if (r < 0)
 		return r;
-	r = exec_run_env(argv, env_with_criu_path(env, path, sizeof(path), full), NULL);
+	snprintf(link_dir, sizeof(link_dir), "%s/criu-bin", work);
+	r = exec_run_env(argv, env_with_criu_path(link_dir, env, path, sizeof(path), full), NULL);
 	/* Not left in the image folder, where work may be. */
 	unlink(conf_env + strlen("CRIU_CONFIG_FILE="));
+	runc_criu_path_done(link_dir);
 	return r == 0 ? 0 : runc_failure(err, command, id, log, criu_log);
 }
 

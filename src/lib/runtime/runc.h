@@ -22,12 +22,17 @@ const char *runc_binary(void);
 
 /* "PATH=<the folder of stasis's CRIU>:$PATH" into buf, for runc's
  * environment: runc 1.2 and later ignore --criu and run the criu of their
- * PATH. */
-void runc_criu_path(char *buf, size_t len);
+ * PATH. Where stasis's CRIU is not named criu (STASIS_CRIU), the folder is
+ * link_dir (root's, made here), with a link named criu to it; NULL: none. */
+void runc_criu_path(const char *link_dir, char *buf, size_t len);
+
+/* The link and folder runc_criu_path made in link_dir, removed. */
+void runc_criu_path_done(const char *link_dir);
 
 /* runc's CRIU reads CRIU_CONFIG_FILE (before runc's own runc.conf): a
- * file of root's, work/criu.conf, with the operation's settings and, where
- * given, more lines (extra). env gets "CRIU_CONFIG_FILE=...". */
+ * file of root's, work/criu.conf, with the lines of the user's own
+ * CRIU_CONFIG_FILE where one is set, then the operation's settings and,
+ * where given, more lines (extra). env gets "CRIU_CONFIG_FILE=...". */
 int runc_criu_conf(const char *work, const struct criu_settings *settings, const char *extra,
 		   char *env, size_t len, struct stasis_error **err);
 
