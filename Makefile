@@ -142,10 +142,20 @@ SID_TOOLS := $(BUILD)/sid/bin/checkpointctl
 $(SID_TOOLS): scripts/fetch-sid-tools.sh scripts/apt-private.sh | $(DEPS_OK)
 	@./scripts/fetch-sid-tools.sh $(BUILD)/downloads $(BUILD)/sid
 
+# The CRI tests' client (the kubelet's calls; built from Debian's Go
+# packages: no Debian suite has crictl) and their pods' sandbox process.
+CRI_TOOLS := $(BUILD)/bin/cri-client $(BUILD)/bin/cri-pause
+$(BUILD)/bin/cri-client: tests/tools/cri-client/main.go scripts/build-cri-client.sh scripts/apt-private.sh | $(DEPS_OK)
+	@./scripts/build-cri-client.sh $(BUILD)/downloads $@
+
+$(BUILD)/bin/cri-pause: tests/tools/pause.c
+	@mkdir -p $(dir $@)
+	$(CC) -O2 -Wall -Wextra -Werror -static -o $@ $<
+
 unit: $(UNIT_BIN) $(FAKE_CUDA)
 	@./tests/unit/run $(UNIT_BIN)
 
-e2e: all $(FAKE_CUDA) $(WORKLOADS) $(SID_TOOLS)
+e2e: all $(FAKE_CUDA) $(WORKLOADS) $(SID_TOOLS) $(CRI_TOOLS)
 	@./tests/e2e/run $(BUILD)
 
 # CRIU's own tests (zdtm) with upstream's CRIU and with stasis's patched one:

@@ -37,9 +37,16 @@ if [ -n "${STASIS_OLD_BUILD:-}" ]; then
 	cp "$STASIS_OLD_BUILD/lib/stasis/criu/"*.so "$out/old/lib/stasis/criu/"
 fi
 # containerd for the containerd tests, compressed for the carry limit;
-# tests/gpu/run unpacks it into bin/.
-tar -cf - -C "$(dirname "$(command -v containerd)")" containerd ctr containerd-shim-runc-v2 |
+# tests/gpu/run unpacks it into bin/: 2.1 (fetch-sid-tools.sh), as current
+# distributions run it, where make fetched it (CI runs bookworm's 1.6 too),
+# and the CRI tests' client, pause and registry.
+containerd_dir=$(dirname "$(command -v containerd)")
+[ -x "$build/sid/bin/containerd" ] && containerd_dir="$build/sid/bin"
+tar -cf - -C "$containerd_dir" containerd ctr containerd-shim-runc-v2 |
 	xz -T0 -6 >"$out/containerd.tar.xz"
+[ -x "$build/bin/cri-client" ] && cp "$build/bin/cri-client" "$out/bin/" && xz -T0 -9 "$out/bin/cri-client"
+[ -x "$build/bin/cri-pause" ] && cp "$build/bin/cri-pause" "$out/bin/"
+cp "$root/tests/tools/oci-registry.py" "$out/tests/"
 # runc 1.3 (fetch-sid-tools.sh), for the runtimes' own commands
 # (t_runc13_own_commands): it needs glibc 2.38, which the GPU machine has.
 [ -x "$build/sid/gpu/runc" ] && xz -T0 -9 -c "$build/sid/gpu/runc" >"$out/bin/runc-1.3.xz"

@@ -183,11 +183,12 @@ test_containerd_bad_input() {
 
 CTRD_IMAGE="stasis.test/busybox:e2e"
 
-# make_oci_image OUT.tar REF [MARK]: an OCI image layout, as a tarball, of
-# one layer holding busybox-static and a few files for the workload to
-# change, delete and empty (and /mark with MARK); no registry.
+# make_oci_image OUT.tar REF [MARK] [CMD]: an OCI image layout, as a
+# tarball, of one layer holding busybox-static and a few files for the
+# workload to change, delete and empty (and /mark with MARK); CMD (a JSON
+# array, ["/bin/sh"] if not given) its command; no registry.
 make_oci_image() {
-	local out=$1 ref=$2 d r o
+	local out=$1 ref=$2 cmd=${4:-'["/bin/sh"]'} d r o
 	d=$(mktemp -d "$TMP/oci-XXXXXX") && r="$d/rootfs" && o="$d/oci" || return 1
 	mkdir -p "$r/bin" "$r/etc" "$r/proc" "$r/sys" "$r/dev" "$r/tmp" "$r/data/sub" "$o/blobs/sha256"
 	cp "$(command -v busybox)" "$r/bin/"
@@ -206,8 +207,8 @@ make_oci_image() {
 	}
 	local layer config manifest
 	layer=$(blob "$d/layer" application/vnd.oci.image.layer.v1.tar)
-	printf '{"architecture":"amd64","os":"linux","config":{"Cmd":["/bin/sh"]},"rootfs":{"type":"layers","diff_ids":["sha256:%s"]}}' \
-		"$(echo "$layer" | sed 's/.*sha256:\([0-9a-f]*\).*/\1/')" >"$d/config"
+	printf '{"architecture":"amd64","os":"linux","config":{"Cmd":%s},"rootfs":{"type":"layers","diff_ids":["sha256:%s"]}}' \
+		"$cmd" "$(echo "$layer" | sed 's/.*sha256:\([0-9a-f]*\).*/\1/')" >"$d/config"
 	config=$(blob "$d/config" application/vnd.oci.image.config.v1+json)
 	printf '{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":%s},"layers":[%s}]}' \
 		"$config" "$layer" >"$d/manifest"
@@ -485,4 +486,144 @@ test_containerd2_ctr_checkpoint() {
 	# Its log went on from the checkpoint's tick (the counter continued).
 	log_is_continuous "$root" || { containerd_cleanup; return 1; }
 	containerd_cleanup
+}
+
+# ---- containerd's CRI, as the kubelet drives it ----
+
+# cri_start DIR RUNTIME: containerd 2.1 with its CRI plugin on (the tests'
+# other containerds have it off), in DIR, its pod sandbox image and the
+# test image served by a registry of the test's own on 127.0.0.1
+# (tests/tools/oci-registry.py): the kubelet's pulls, and a restore's pull
+# of the image a checkpoint was made from, go there. Hosts' network for
+# the pods: no CNI. RUNTIME: runc's binary. Sets CRI (the client, with
+# its socket) and CRI_REG (the registry's host:port).
+cri_start() {
+	local c=$1 runtime=$2 port
+	mkdir -p "$c/cni" "$c/logs"
+	[ -s "$c/pause.tar" ] || make_oci_image "$c/pause.tar" stasis.test/pause:1 "" '["/bin/sleep","1000000"]' || return 1
+	[ -s "$c/image.tar" ] || make_oci_image "$c/image.tar" stasis.test/busybox:1 || return 1
+	python3 "$(dirname "$0")/../tools/oci-registry.py" "$c/port" "stasis/pause:1=$c/pause.tar" "stasis/busybox:1=$c/image.tar" \
+		>"$c/registry.log" 2>&1 &
+	echo $! >"$c/registry.pid"
+	PIDS+=("$(cat "$c/registry.pid")")
+	for _ in $(seq 100); do [ -s "$c/port" ] && break; sleep 0.05; done
+	port=$(cat "$c/port" 2>/dev/null) || { fail "no registry: $(cat "$c/registry.log")"; return 1; }
+	CRI_REG="localhost:$port"
+	# The registry speaks plain HTTP (the CRI would try TLS first).
+	mkdir -p "$c/certs.d/$CRI_REG"
+	printf 'server = "http://%s"\n[host."http://%s"]\n  capabilities = ["pull", "resolve"]\n' "$CRI_REG" "$CRI_REG" \
+		>"$c/certs.d/$CRI_REG/hosts.toml"
+	cat >"$c/config.toml" <<EOT
+version = 3
+root = "$c/root"
+state = "$c/state"
+[grpc]
+  address = "$c/state/containerd.sock"
+[ttrpc]
+  address = "$c/state/containerd.sock.ttrpc"
+[plugins]
+  [plugins.'io.containerd.cri.v1.images'.registry]
+    config_path = "$c/certs.d"
+  [plugins.'io.containerd.cri.v1.images'.pinned_images]
+    sandbox = "$CRI_REG/stasis/pause:1"
+  [plugins.'io.containerd.cri.v1.runtime']
+    disable_apparmor = true
+    restrict_oom_score_adj = true
+    enable_cdi = false
+    [plugins.'io.containerd.cri.v1.runtime'.cni]
+      bin_dirs = ["$c/cni"]
+      conf_dir = "$c/cni"
+    [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
+      BinaryName = "$runtime"
+  [plugins.'io.containerd.internal.v1.opt']
+    path = "$c/opt"
+  [plugins.'io.containerd.nri.v1.nri']
+    disable = true
+EOT
+	containerd -c "$c/config.toml" >>"$c/containerd.log" 2>&1 &
+	echo $! >"$c/pid"
+	PIDS+=("$(cat "$c/pid")")
+	CRI="$BUILD/bin/cri-client -a $c/state/containerd.sock -t 120"
+	for _ in $(seq 100); do $CRI version >/dev/null 2>&1 && return 0; sleep 0.1; done
+	fail "containerd's CRI did not start: $(tail -3 "$c/containerd.log")"
+}
+
+# cri_stop DIR: every pod gone, containerd and the registry stopped.
+cri_stop() {
+	local c=$1 p
+	for p in $($CRI pods 2>/dev/null | awk '{print $1}'); do $CRI stopp "$p" >/dev/null 2>&1; $CRI rmp "$p" >/dev/null 2>&1; done
+	for f in pid registry.pid; do
+		p=$(cat "$c/$f" 2>/dev/null) || continue
+		kill "$p" 2>/dev/null
+		for _ in $(seq 100); do [ -e "/proc/$p" ] || break; sleep 0.05; done
+	done
+	rm -f "$c/pid" "$c/registry.pid"
+	grep -o "$c/state/[^ ]*/rootfs" /proc/mounts | while read -r m; do umount "$m"; done
+	for cg in /sys/fs/cgroup/k8s.io /sys/fs/cgroup/*/k8s.io; do
+		[ -d "$cg" ] && find "$cg" -depth -type d -exec rmdir {} + 2>/dev/null
+	done
+	return 0
+}
+
+# cri_pod DIR: a pod (host network) in DIR/pod.json, its ID on stdout.
+cri_pod() {
+	printf '{"metadata":{"name":"stasis-cri","namespace":"default","uid":"stasis-cri-%s","attempt":0},"log_directory":"%s","linux":{"security_context":{"namespace_options":{"network":2,"pid":1}}}}' \
+		"$$" "$1/logs" >"$1/pod.json"
+	$CRI runp "$1/pod.json"
+}
+
+# The kubelet's checkpoint of a container (CRI CheckpointContainer, the
+# container running on, as Kubernetes' forensic checkpoint leaves it) and
+# its restore from the archive (CreateContainer with the archive as its
+# image, then StartContainer), with stasis's CRIU as the machine's criu and
+# no stasis command: the archive has checkpointctl's layout, every CRIU run
+# went through stasis's CRIU, and the restored container counts on from
+# the checkpoint with its files as they were then.
+test_containerd2_cri_checkpoint() {
+	local bin="$BUILD/sid/bin" c="$TMP/cri" pod cid rid at root
+	local CTRD="$TMP/cri" # ctrd_rootfs
+	[ -x "$bin/containerd" ] && [ -x "$BUILD/bin/cri-client" ] || { fail "no containerd 2.1 or CRI client in $BUILD (make check makes them)"; return 1; }
+	mkdir -p "$c/criu-bin"
+	printf '#!/bin/sh\necho "$*" >>%s\nexec %s "$@"\n' "$c/criu-calls" "$BUILD/criu/sbin/criu" >"$c/criu-bin/criu"
+	chmod +x "$c/criu-bin/criu"
+	local PATH="$c/criu-bin:$bin:$PATH"
+	cri_start "$c" "${CRI_RUNC:-$(command -v runc)}" || { cri_stop "$c"; return 1; }
+	pod=$(cri_pod "$c") || { fail "RunPodSandbox failed"; cri_stop "$c"; return 1; }
+	$CRI pull "$CRI_REG/stasis/busybox:1" >/dev/null || { fail "pull failed"; cri_stop "$c"; return 1; }
+	python3 - "$c/ctr.json" "$CRI_REG/stasis/busybox:1" "$IMAGE_SCRIPT" <<'PY'
+import json, sys
+json.dump({"metadata": {"name": "counter"}, "image": {"image": sys.argv[2]},
+           "command": ["/bin/sh", "-c", sys.argv[3]], "log_path": "counter.log",
+           "linux": {"security_context": {"namespace_options": {"network": 2, "pid": 1}}}},
+          open(sys.argv[1], "w"))
+PY
+	cid=$($CRI create "$pod" "$c/ctr.json" "$c/pod.json") && $CRI start "$cid" >/dev/null ||
+		{ fail "the container did not start: $(tail -3 "$c/containerd.log")"; cri_stop "$c"; return 1; }
+	wait_counter "$(ctrd_rootfs "$cid" k8s.io)" 5 || { fail "the container does not count: $($CRI state "$cid"), $(tail -2 "$c/logs/counter.log")"; ls "$(ctrd_rootfs "$cid" k8s.io)"; cri_stop "$c"; return 1; }
+	$CRI checkpoint "$cid" "$c/checkpoint.tar" >/dev/null ||
+		{ fail "CheckpointContainer failed: $(grep -i error "$c/containerd.log" | tail -2)"; cri_stop "$c"; return 1; }
+	grep -q "^dump" "$c/criu-calls" || grep -q "swrk" "$c/criu-calls" || { fail "containerd's runc ran no criu of PATH's"; cri_stop "$c"; return 1; }
+	[ "$($CRI state "$cid")" = CONTAINER_RUNNING ] || { fail "the checkpointed container stopped: $($CRI state "$cid")"; cri_stop "$c"; return 1; }
+	for f in checkpoint/ config.dump spec.dump status.dump rootfs-diff.tar dump.log; do
+		tar -tf "$c/checkpoint.tar" | grep -q "^\(\./\)\?$f" || { fail "$f not in the archive: $(tar -tf "$c/checkpoint.tar" | head)"; cri_stop "$c"; return 1; }
+	done
+	tar -xOf "$c/checkpoint.tar" dump.log 2>/dev/null | grep -q "Dumping finished successfully" ||
+		tar -xOf "$c/checkpoint.tar" ./dump.log | grep -q "Dumping finished successfully" || { fail "the archive's dump.log"; cri_stop "$c"; return 1; }
+	$CRI stop "$cid" 0 >/dev/null && $CRI rm "$cid" >/dev/null || { fail "the container would not go"; cri_stop "$c"; return 1; }
+	: >"$c/criu-calls"
+	python3 - "$c/restore.json" "$c/checkpoint.tar" <<'PY'
+import json, sys
+json.dump({"metadata": {"name": "counter"}, "image": {"image": sys.argv[2]}, "log_path": "restored.log",
+           "linux": {"security_context": {"namespace_options": {"network": 2, "pid": 1}}}},
+          open(sys.argv[1], "w"))
+PY
+	rid=$($CRI create "$pod" "$c/restore.json" "$c/pod.json") && $CRI start "$rid" >/dev/null ||
+		{ fail "the restore failed: $(find "$c/state" -name restore.log -exec grep -h "Error\|stasis" {} + | tail -5)"; cri_stop "$c"; return 1; }
+	[ -s "$c/criu-calls" ] || { fail "the restore ran no criu of PATH's"; cri_stop "$c"; return 1; }
+	[ "$($CRI state "$rid")" = CONTAINER_RUNNING ] || { fail "restored: $($CRI state "$rid")"; cri_stop "$c"; return 1; }
+	root=$(ctrd_rootfs "$rid" k8s.io)
+	at=$(counter "$root")
+	wait_counter "$root" $((at + 10)) || { fail "the restored container does not count"; cri_stop "$c"; return 1; }
+	check_image_files "$root" && log_is_continuous "$root" || { cri_stop "$c"; return 1; }
+	cri_stop "$c"
 }
