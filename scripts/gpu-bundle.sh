@@ -66,9 +66,11 @@ done
 find "$out/bin" "$out/criu" "$out/old" "$out/ref" -type f 2>/dev/null | while read -r f; do
 	case $(head -c 4 "$f" | od -An -c | tr -d ' ') in '177ELF') strip --strip-debug "$f" ;; esac
 done
-# Libraries over 1 MiB (ICU's data, which libarchive's libxml2 needs, above all) go
-# compressed, for the device's carry limit; every entry script unpacks them.
+# Libraries over 1 MiB (ICU's data, which libarchive's libxml2 needs, above all), runc
+# and the CRI client go compressed, for the device's carry limit; every entry script
+# unpacks them.
 find "$out/lib" -maxdepth 1 -name '*.so*' -size +1M -exec xz -T0 -6 {} \;
+xz -T0 -6 "$out/bin/runc"
 nvcc -O2 -arch=sm_90 -o "$out/tests/probe" "$root/tests/gpu/probe.cu"
 nvcc -O2 -arch=sm_90 -o "$out/tests/peer-probe" "$root/tests/gpu/peer-probe.cu"
 cp "$root/tests/gpu/train.py" "$root/tests/gpu/run" "$root/tests/gpu/bundle.sh" "$root/tests/gpu/clean" "$root/tests/gpu/watch" "$out/tests/"
