@@ -611,11 +611,11 @@ PY
 		tar -xOf "$c/checkpoint.tar" ./dump.log | grep -q "Dumping finished successfully" || { fail "the archive's dump.log"; cri_stop "$c"; return 1; }
 	$CRI stop "$cid" 0 >/dev/null && $CRI rm "$cid" >/dev/null || { fail "the container would not go"; cri_stop "$c"; return 1; }
 	: >"$c/criu-calls"
-	python3 - "$c/restore.json" "$c/checkpoint.tar" <<'PY'
+	# The kubelet asks for the container it had, with the archive as its image.
+	python3 - "$c/ctr.json" "$c/restore.json" "$c/checkpoint.tar" <<'PY'
 import json, sys
-json.dump({"metadata": {"name": "counter"}, "image": {"image": sys.argv[2]}, "log_path": "restored.log",
-           "linux": {"security_context": {"namespace_options": {"network": 2, "pid": 1}}}},
-          open(sys.argv[1], "w"))
+c = json.load(open(sys.argv[1])); c["image"] = {"image": sys.argv[3]}; c["log_path"] = "restored.log"
+json.dump(c, open(sys.argv[2], "w"))
 PY
 	rid=$($CRI create "$pod" "$c/restore.json" "$c/pod.json") && $CRI start "$rid" >/dev/null ||
 		{ fail "the restore failed: $(find "$c/state" -name restore.log -exec grep -h "Error\|stasis" {} + | tail -5)"; cri_stop "$c"; return 1; }
