@@ -13,7 +13,9 @@
  * state came back after CRIU had let its threads run died of SIGSEGV.
  * Without $STASIS_PLUGIN_SOCKET (a CRIU run that is not stasis's) the
  * hooks pass. */
+#include <dirent.h>
 #include <errno.h>
+#include <limits.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,6 +33,100 @@ extern void set_compel_interrupt_only_mode(void) __attribute__((weak));
 /* stasis's CRIU (patch 0011): whether the dump leaves the tasks running. */
 extern int cr_plugin_dump_leaves_running(void) __attribute__((weak));
 
+/* stasis's CRIU (patch 0011): the dump's root task, known at init. */
+extern int cr_plugin_dump_root_pid(void) __attribute__((weak));
+
+/* Whether pid has a GPU device file open: 1, 0, or -1 where it cannot be
+ * read. */
+static int opens_gpu(pid_t pid)
+{
+	char dir[64], link[PATH_MAX + 64], path[PATH_MAX];
+	struct dirent *e;
+	DIR *d;
+	int found = 0;
+
+	snprintf(dir, sizeof(dir), "/proc/%d/fd", (int)pid);
+	d = opendir(dir);
+	if (!d)
+		return errno == ENOENT ? 0 : -1;
+	while (!found && (e = readdir(d))) {
+		ssize_t n;
+
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(link, sizeof(link), "%s/%s", dir, e->d_name);
+		n = readlink(link, path, sizeof(path) - 1);
+		if (n <= 0)
+			continue;
+		path[n] = '\0';
+		found = strncmp(path, plugin_dev_prefix(), strlen(plugin_dev_prefix())) == 0;
+	}
+	closedir(d);
+	return found;
+}
+
+/* Appends the children of pid's threads to tree (n of cap). */
+static int add_children(pid_t pid, pid_t *tree, size_t *n, size_t cap)
+{
+	char dir[64], path[128];
+	struct dirent *e;
+	DIR *d;
+
+	snprintf(dir, sizeof(dir), "/proc/%d/task", (int)pid);
+	d = opendir(dir);
+	if (!d)
+		return errno == ENOENT ? 0 : -1;
+	while ((e = readdir(d))) {
+		FILE *f;
+		int child;
+
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "%s/%s/children", dir, e->d_name);
+		f = fopen(path, "re");
+		if (!f)
+			continue;
+		while (fscanf(f, "%d", &child) == 1 && *n < cap)
+			tree[(*n)++] = child;
+		fclose(f);
+	}
+	closedir(d);
+	return *n < cap ? 0 : -1;
+}
+
+/* Whether a process of the tree of root has the GPU's device files open:
+ * only then have the GPU steps, and CRIU's interrupt-only seize that they
+ * need, a reason to run. That seize thaws a cgroup the runtime froze
+ * before it called CRIU (ctr and the CRI do), and the processes run until
+ * CRIU holds them: a CPU container keeps CRIU's own freeze. Where the
+ * tree cannot be read (or CRIU cannot name its root), it is taken to; and
+ * where the user names another driver library (STASIS_LIBCUDA), which
+ * need not open the machine's device files. */
+static bool tree_uses_gpu(pid_t root)
+{
+	enum { MAX_TREE = 8192 };
+	const char *driver = plugin_setting("STASIS_LIBCUDA");
+	pid_t *tree = malloc(MAX_TREE * sizeof(*tree));
+	size_t n = 1;
+	bool uses = true;
+
+	if (!tree || root <= 0 || (driver && *driver)) {
+		free(tree);
+		return true;
+	}
+	tree[0] = root;
+	for (size_t i = 0; i < n; i++) {
+		int r = opens_gpu(tree[i]);
+
+		if (r != 0 || add_children(tree[i], tree, &n, MAX_TREE) < 0)
+			break;
+		if (i == n - 1)
+			uses = false;
+	}
+	free(tree);
+	return uses;
+}
+
 /* One dump per CRIU process: what the hooks have done of it. */
 static struct {
 	bool asked;	   /* stasis asked for the GPU steps */
@@ -43,8 +139,17 @@ void gpu_dump_init(void)
 {
 	const char *socket = plugin_setting("STASIS_PLUGIN_SOCKET");
 
+	pid_t root = cr_plugin_dump_root_pid ? cr_plugin_dump_root_pid() : 0;
+
 	/* Set and empty: stasis runs this CRIU and has no GPU work for it. */
-	dump.asked = socket ? *socket != '\0' : plugin_helper_start() == 0;
+	if (socket)
+		dump.asked = *socket != '\0';
+	else if (!tree_uses_gpu(root)) {
+		plugin_log(PLUGIN_LOG_INFO, "no process of the tree of PID %d uses the GPU",
+			   (int)root);
+		dump.asked = false;
+	} else
+		dump.asked = plugin_helper_start() == 0;
 	dump.paused = dump.checkpointed = dump.copied = false;
 	if (dump.asked && set_compel_interrupt_only_mode)
 		set_compel_interrupt_only_mode();

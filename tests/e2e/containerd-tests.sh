@@ -449,6 +449,18 @@ test_containerd2_current() {
 	return $r
 }
 
+# own_criu DIR: DIR/criu-bin/criu, stasis's CRIU as a runtime finds it on
+# PATH (the first criu there), with its plugin loaded from the build (as
+# from CRIU's plugin folder once installed); each run's arguments go to
+# DIR/criu-calls.
+own_criu() {
+	mkdir -p "$1/criu-bin"
+	printf 'libdir "%s"\n' "$BUILD/lib/stasis/criu" >"$1/criu.conf"
+	printf '#!/bin/sh\necho "$*" >>%s\nCRIU_CONFIG_FILE=%s exec %s "$@"\n' \
+		"$1/criu-calls" "$1/criu.conf" "$BUILD/criu/sbin/criu" >"$1/criu-bin/criu"
+	chmod +x "$1/criu-bin/criu"
+}
+
 # containerd 2.1's own commands with stasis's CRIU as the machine's criu (the
 # first on containerd's PATH, as make install puts it) and no stasis command:
 # `ctr containers checkpoint --task --rw` into a checkpoint image while the
@@ -461,9 +473,7 @@ test_containerd2_ctr_checkpoint() {
 	[ -x "$bin/containerd" ] || { fail "no containerd 2.1 in $bin (make check fetches it)"; return 1; }
 	local TMP="$TMP/containerd2-ctr" CTRD="$TMP/containerd2-ctr/containerd"
 	local -x CONTAINERD_ADDRESS="$CTRD/state/containerd.sock"
-	mkdir -p "$TMP/criu-bin"
-	printf '#!/bin/sh\necho "$*" >>%s\nexec %s "$@"\n' "$TMP/criu-calls" "$BUILD/criu/sbin/criu" >"$TMP/criu-bin/criu"
-	chmod +x "$TMP/criu-bin/criu"
+	own_criu "$TMP"
 	local PATH="$TMP/criu-bin:$bin:$PATH"
 	ctrd_image_start "$id" || { containerd_cleanup; return 1; }
 	root=$(ctrd_rootfs "$id")
@@ -583,9 +593,7 @@ test_containerd2_cri_checkpoint() {
 	local bin="$BUILD/sid/bin" c="$TMP/cri" pod cid rid at root
 	local CTRD="$TMP/cri" # ctrd_rootfs
 	[ -x "$bin/containerd" ] && [ -x "$BUILD/bin/cri-client" ] || { fail "no containerd 2.1 or CRI client in $BUILD (make check makes them)"; return 1; }
-	mkdir -p "$c/criu-bin"
-	printf '#!/bin/sh\necho "$*" >>%s\nexec %s "$@"\n' "$c/criu-calls" "$BUILD/criu/sbin/criu" >"$c/criu-bin/criu"
-	chmod +x "$c/criu-bin/criu"
+	own_criu "$c"
 	local PATH="$c/criu-bin:$bin:$PATH"
 	cri_start "$c" "${CRI_RUNC:-$(command -v runc)}" || { cri_stop "$c"; return 1; }
 	pod=$(cri_pod "$c") || { fail "RunPodSandbox failed"; cri_stop "$c"; return 1; }
@@ -607,8 +615,13 @@ PY
 	for f in checkpoint/ config.dump spec.dump status.dump rootfs-diff.tar dump.log; do
 		tar -tf "$c/checkpoint.tar" | grep -q "^\(\./\)\?$f" || { fail "$f not in the archive: $(tar -tf "$c/checkpoint.tar" | head)"; cri_stop "$c"; return 1; }
 	done
-	tar -xOf "$c/checkpoint.tar" dump.log 2>/dev/null | grep -q "Dumping finished successfully" ||
-		tar -xOf "$c/checkpoint.tar" ./dump.log | grep -q "Dumping finished successfully" || { fail "the archive's dump.log"; cri_stop "$c"; return 1; }
+	tar -xOf "$c/checkpoint.tar" dump.log >"$c/dump.log" 2>/dev/null || tar -xOf "$c/checkpoint.tar" ./dump.log >"$c/dump.log"
+	grep -q "Dumping finished successfully" "$c/dump.log" || { fail "the archive's dump.log"; cri_stop "$c"; return 1; }
+	# The CRI froze the container before it called CRIU: stasis's plugin,
+	# loaded, found no GPU in the tree and left CRIU's freeze as it was.
+	grep -q 'stasis: no process of the tree of PID [0-9]* uses the GPU' "$c/dump.log" &&
+		! grep -q "unfreezing cgroup" "$c/dump.log" ||
+		{ fail "the plugin in dump.log: $(grep 'stasis\|unfreezing\|Plugin' "$c/dump.log")"; cri_stop "$c"; return 1; }
 	$CRI stop "$cid" 0 >/dev/null && $CRI rm "$cid" >/dev/null || { fail "the container would not go"; cri_stop "$c"; return 1; }
 	: >"$c/criu-calls"
 	# The kubelet asks for the container it had, with the archive as its image.
