@@ -142,6 +142,11 @@ SID_TOOLS := $(BUILD)/sid/bin/checkpointctl
 $(SID_TOOLS): scripts/fetch-sid-tools.sh scripts/apt-private.sh | $(DEPS_OK)
 	@./scripts/fetch-sid-tools.sh $(BUILD)/downloads $(BUILD)/sid
 
+# A root of Debian unstable with podman 5.8, for podman's own commands.
+SID_ROOT := $(BUILD)/sid-root/.stasis-root
+$(SID_ROOT): scripts/sid-root.sh scripts/apt-private.sh | $(DEPS_OK)
+	@./scripts/sid-root.sh $(BUILD)/downloads $(BUILD)/sid-root
+
 # The CRI tests' client (the kubelet's calls; built from Debian's Go
 # packages: no Debian suite has crictl) and their pods' sandbox process.
 CRI_TOOLS := $(BUILD)/bin/cri-client $(BUILD)/bin/cri-pause
@@ -155,7 +160,7 @@ $(BUILD)/bin/cri-pause: tests/tools/pause.c
 unit: $(UNIT_BIN) $(FAKE_CUDA)
 	@./tests/unit/run $(UNIT_BIN)
 
-e2e: all $(FAKE_CUDA) $(WORKLOADS) $(SID_TOOLS) $(CRI_TOOLS)
+e2e: all $(FAKE_CUDA) $(WORKLOADS) $(SID_TOOLS) $(CRI_TOOLS) $(SID_ROOT)
 	@./tests/e2e/run $(BUILD)
 
 # CRIU's own tests (zdtm) with upstream's CRIU and with stasis's patched one:
