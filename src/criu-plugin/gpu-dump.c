@@ -16,6 +16,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,8 +37,8 @@ extern int cr_plugin_dump_leaves_running(void) __attribute__((weak));
 /* stasis's CRIU (patch 0011): the dump's root task, known at init. */
 extern int cr_plugin_dump_root_pid(void) __attribute__((weak));
 
-/* Whether pid has a GPU device file open: 1, 0, or -1 where it cannot be
- * read. */
+/* Whether pid has a GPU device file open: 1, 0 (also where it is gone),
+ * or -1 where it cannot be read. */
 static int opens_gpu(pid_t pid)
 {
 	char dir[64], link[PATH_MAX + 64], path[PATH_MAX];
@@ -84,8 +85,12 @@ static int add_children(pid_t pid, pid_t *tree, size_t *n, size_t cap)
 			continue;
 		snprintf(path, sizeof(path), "%s/%s/children", dir, e->d_name);
 		f = fopen(path, "re");
-		if (!f)
-			continue;
+		if (!f && errno == ENOENT)
+			continue; /* the thread is gone */
+		if (!f) {
+			closedir(d);
+			return -1;
+		}
 		while (fscanf(f, "%d", &child) == 1 && *n < cap)
 			tree[(*n)++] = child;
 		fclose(f);
@@ -98,10 +103,13 @@ static int add_children(pid_t pid, pid_t *tree, size_t *n, size_t cap)
  * only then have the GPU steps, and CRIU's interrupt-only seize that they
  * need, a reason to run. That seize thaws a cgroup the runtime froze
  * before it called CRIU (ctr and the CRI do), and the processes run until
- * CRIU holds them: a CPU container keeps CRIU's own freeze. Where the
- * tree cannot be read (or CRIU cannot name its root), it is taken to; and
- * where the user names another driver library (STASIS_LIBCUDA), which
- * need not open the machine's device files. */
+ * CRIU holds them: a CPU container keeps CRIU's own freeze. The tree is
+ * taken to use the GPU where it cannot be read (or CRIU cannot name its
+ * root, or the root is gone), and where the user names another driver
+ * library (STASIS_LIBCUDA), which need not open the machine's device
+ * files. A process that opens the GPU after this look (PyTorch does so at
+ * its first CUDA call) makes the dump fail on its device files, with no
+ * GPU step run, and the tree runs on. */
 static bool tree_uses_gpu(pid_t root)
 {
 	enum { MAX_TREE = 8192 };
@@ -115,6 +123,10 @@ static bool tree_uses_gpu(pid_t root)
 		return true;
 	}
 	tree[0] = root;
+	if (kill(root, 0) < 0) {
+		free(tree);
+		return true;
+	}
 	for (size_t i = 0; i < n; i++) {
 		int r = opens_gpu(tree[i]);
 
@@ -138,18 +150,18 @@ static struct {
 void gpu_dump_init(void)
 {
 	const char *socket = plugin_setting("STASIS_PLUGIN_SOCKET");
-
 	pid_t root = cr_plugin_dump_root_pid ? cr_plugin_dump_root_pid() : 0;
 
-	/* Set and empty: stasis runs this CRIU and has no GPU work for it. */
-	if (socket)
+	if (socket) {
+		/* Set and empty: stasis runs this CRIU and has no GPU work. */
 		dump.asked = *socket != '\0';
-	else if (!tree_uses_gpu(root)) {
+	} else if (!tree_uses_gpu(root)) {
 		plugin_log(PLUGIN_LOG_INFO, "no process of the tree of PID %d uses the GPU",
 			   (int)root);
 		dump.asked = false;
-	} else
+	} else {
 		dump.asked = plugin_helper_start() == 0;
+	}
 	dump.paused = dump.checkpointed = dump.copied = false;
 	if (dump.asked && set_compel_interrupt_only_mode)
 		set_compel_interrupt_only_mode();

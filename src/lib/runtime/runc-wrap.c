@@ -23,7 +23,6 @@
 #define REQUEST "restore-request"
 #define RESTORED "restored"
 #define REQUEST_LINES 6
-#define CRIU_LINK_DIR "criu-bin" /* runc_criu_path's link to stasis's CRIU */
 
 int runc_wrap_prepare(const char *dir, const struct runc_wrap_request *req, char *link, size_t len,
 		      struct stasis_error **err)
@@ -210,7 +209,8 @@ static int restore_instead(char **argv, int command, int argc, char *request[REQ
 	char link_dir[PATH_MAX + 32];
 	static char criu_path[2 * PATH_MAX]; /* in the environment: putenv */
 	static char conf_env[PATH_MAX + 64];
-	int n = 0, r;
+	struct stasis_error *e = NULL;
+	int n = 0, r, made;
 
 	if (!out)
 		return 1;
@@ -241,27 +241,35 @@ static int restore_instead(char **argv, int command, int argc, char *request[REQ
 	for (size_t i = 0; i < ARRAY_SIZE(fixed); i++)
 		out[n++] = fixed[i];
 	out[n] = NULL;
-	mkdir_p(request[1]);
 	snprintf(link_dir, sizeof(link_dir), "%s/" CRIU_LINK_DIR, request[1]);
-	runc_criu_path(link_dir, criu_path, sizeof(criu_path));
-	putenv(criu_path);
+	made = mkdir_p(request[1]) < 0 ? -errno
+				       : runc_criu_path(link_dir, criu_path, sizeof(criu_path));
 	/* This process only runs runc: what runc's CRIU gets goes into the
 	 * environment it hands down. Without it the plugin would do the GPU
 	 * restore by itself, behind stasis's back: no restore then. */
-	if (runc_criu_conf(
-		request[1],
-		&(struct criu_settings){.plugin_socket = request[2], .dev_map = request[3]}, NULL,
-		conf_env, sizeof(conf_env), NULL) < 0) {
-		report(argv, command, "cannot write CRIU's settings in %s", request[1]);
+	if (made < 0)
+		report(argv, command, "cannot put stasis's CRIU first on runc's PATH in %s: %s",
+		       request[1], strerror(-made));
+	else if (runc_criu_conf(
+		     request[1],
+		     &(struct criu_settings){.plugin_socket = request[2], .dev_map = request[3]},
+		     NULL, conf_env, sizeof(conf_env), &e) < 0)
+		report(argv, command, "CRIU's settings: %s", e->message);
+	if (made < 0 || e) {
+		stasis_error_free(e);
+		if (made > 0)
+			runc_criu_path_done(link_dir);
 		snprintf(path, sizeof(path), "%s/" REQUEST, dir);
 		unlink(path);
 		free(out);
 		return 1;
 	}
+	putenv(criu_path);
 	putenv(conf_env);
 	r = run_with_stdio(out);
 	unlink(conf_env + strlen("CRIU_CONFIG_FILE="));
-	runc_criu_path_done(link_dir);
+	if (made > 0)
+		runc_criu_path_done(link_dir);
 	free(out);
 	snprintf(path, sizeof(path), "%s/" REQUEST, dir);
 	snprintf(done, sizeof(done), "%s/" RESTORED, dir);
@@ -302,10 +310,24 @@ int runc_wrap_main(int argc, char **argv)
 	out[1] = (char *)"--criu";
 	out[2] = (char *)criu_binary();
 	memcpy(out + 3, argv + 1, (size_t)argc * sizeof(*out));
-	/* The link stays in this container's folder until it goes. */
-	snprintf(path, sizeof(path), "%s/" CRIU_LINK_DIR, here);
-	runc_criu_path(path, criu_path, sizeof(criu_path));
-	putenv(criu_path);
+	/* The commands that run CRIU (the shim's state and kill polls do not
+	 * touch the link). It stays in this container's folder until that
+	 * goes. */
+	if (command < argc &&
+	    (strcmp(argv[command], "checkpoint") == 0 || strcmp(argv[command], "restore") == 0)) {
+		int made;
+
+		snprintf(path, sizeof(path), "%s/" CRIU_LINK_DIR, here);
+		made = runc_criu_path(path, criu_path, sizeof(criu_path));
+		if (made < 0) {
+			report(argv, command,
+			       "cannot put stasis's CRIU first on runc's PATH in %s: %s", here,
+			       strerror(-made));
+			free(out);
+			return 1;
+		}
+		putenv(criu_path);
+	}
 	execvp(out[0], out);
 	fprintf(stderr, "%s: cannot run %s: %s\n", RUNC_WRAP_NAME, out[0], strerror(errno));
 	return 127;

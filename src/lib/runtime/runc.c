@@ -24,53 +24,78 @@ const char *runc_binary(void)
 	return env && *env ? env : "runc";
 }
 
-/* link_dir/criu -> stasis's CRIU, in a folder of root's made for it
- * (0700, not followed if something else is there): runc's PATH then
- * finds stasis's CRIU under the name it looks for. */
+/* link_dir (a folder of root's, 0700, in a folder of root's that the
+ * caller made) with link_dir/criu -> stasis's CRIU, replaced at once (a
+ * rename) where it points elsewhere: runc's PATH then finds stasis's CRIU
+ * under the name it looks for. 0, or -errno. */
 static int criu_link(const char *link_dir, const char *criu)
 {
-	char target[PATH_MAX];
+	char target[PATH_MAX], now[PATH_MAX];
+	_cleanup_close_ int dir = -1;
 	struct stat st;
-	int dir;
+	ssize_t n;
 
 	if (!realpath(criu, target))
-		return -1;
+		return -errno;
 	if (mkdir(link_dir, 0700) < 0 && errno != EEXIST)
-		return -1;
+		return -errno;
 	dir = open(link_dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (dir < 0)
-		return -1;
-	if (fstat(dir, &st) < 0 || st.st_uid != geteuid() || (st.st_mode & 077)) {
-		close(dir);
-		return -1;
-	}
-	unlinkat(dir, "criu", 0);
-	int r = symlinkat(target, dir, "criu");
-	close(dir);
-	return r;
+		return -errno;
+	if (fstat(dir, &st) < 0 || st.st_uid != geteuid() || (st.st_mode & 077))
+		return -EPERM;
+	n = readlinkat(dir, "criu", now, sizeof(now) - 1);
+	if (n > 0 && (size_t)n < sizeof(now) - 1 && (now[n] = '\0', strcmp(now, target) == 0))
+		return 0;
+	unlinkat(dir, ".criu.new", 0);
+	if (symlinkat(target, dir, ".criu.new") < 0 || renameat(dir, ".criu.new", dir, "criu") < 0)
+		return -errno;
+	return 0;
 }
 
-void runc_criu_path(const char *link_dir, char *buf, size_t len)
+int runc_criu_path(const char *link_dir, char *buf, size_t len)
 {
 	char dir[PATH_MAX];
 	const char *path = getenv("PATH"), *criu = criu_binary(), *base = strrchr(criu, '/');
+	int made = 0, r;
 
-	snprintf(dir, sizeof(dir), "%s", criu);
-	if (strcmp(base ? base + 1 : criu, "criu") != 0 && link_dir &&
-	    criu_link(link_dir, criu) == 0)
+	if (snprintf(dir, sizeof(dir), "%s", criu) >= (int)sizeof(dir))
+		return -ENAMETOOLONG;
+	if (strcmp(base ? base + 1 : criu, "criu") != 0) {
+		if (!link_dir || strlen(link_dir) >= sizeof(dir))
+			return -ENAMETOOLONG;
+		r = criu_link(link_dir, criu);
+		if (r < 0)
+			return r;
 		snprintf(dir, sizeof(dir), "%s/criu", link_dir); /* dirname takes the link off */
-	snprintf(buf, len, "PATH=%s:%s", dirname(dir),
-		 path && *path ? path
-			       : "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin");
+		made = 1;
+	}
+	if (snprintf(buf, len, "PATH=%s:%s", dirname(dir),
+		     path && *path
+			 ? path
+			 : "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin") >=
+	    (int)len)
+		return -ENAMETOOLONG;
+	return made;
 }
 
 void runc_criu_path_done(const char *link_dir)
 {
-	char link[PATH_MAX + 8];
+	char parent[PATH_MAX];
+	_cleanup_close_ int up = -1, dir = -1;
+	struct stat st;
 
-	snprintf(link, sizeof(link), "%s/criu", link_dir);
-	unlink(link);
-	rmdir(link_dir);
+	/* Only a folder of root's, not a link, and what runc_criu_path put
+	 * in it. */
+	snprintf(parent, sizeof(parent), "%s", link_dir);
+	up = open(dirname(parent), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (up < 0)
+		return;
+	dir = openat(up, CRIU_LINK_DIR, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (dir < 0 || fstat(dir, &st) < 0 || st.st_uid != geteuid())
+		return;
+	unlinkat(dir, "criu", 0);
+	unlinkat(up, CRIU_LINK_DIR, AT_REMOVEDIR);
 }
 
 int runc_require(struct stasis_error **err)
@@ -183,18 +208,11 @@ static int runc_failure(struct stasis_error **err, const char *what, const char 
 	return r;
 }
 
-/* runc [--root ROOT] COMMAND ARGS... with its JSON log and CRIU's log in
- * work. The container keeps the stdio runc had: /dev/null. */
-/* runc COMMAND ARGS with its CRIU, logs in work, env added to runc's (and
- * so CRIU's) environment. runc 1.2 and later ignore --criu and run the
- * criu of their PATH: stasis's CRIU comes first in it too. */
-/* env with "PATH=<stasis's CRIU's folder>:$PATH" first, in full. */
-static char *const *env_with_criu_path(const char *link_dir, char *const env[], char *path,
-				       size_t len, char *full[16])
+/* env with path ("PATH=<stasis's CRIU's folder>:$PATH") first, in full. */
+static char *const *env_with(char *path, char *const env[], char *full[16])
 {
 	size_t n = 0;
 
-	runc_criu_path(link_dir, path, len);
 	full[n++] = path;
 	for (; env && *env && n < 15; env++)
 		full[n++] = *env;
@@ -202,19 +220,55 @@ static char *const *env_with_criu_path(const char *link_dir, char *const env[], 
 	return full;
 }
 
+/* The user's CRIU_CONFIG_FILE, where set, as text into *text (NULL where
+ * it is not set): a plain file of root's that no one else can change
+ * (CRIU would take any option from it), opened without following a link
+ * or waiting on a pipe. 0, or -errno with *err. */
+static int users_criu_conf(char **text, struct stasis_error **err)
+{
+	const char *user = getenv("CRIU_CONFIG_FILE");
+	_cleanup_close_ int fd = -1;
+	char self[64];
+	struct stat st;
+	size_t len;
+
+	*text = NULL;
+	if (!user || !*user)
+		return 0;
+	fd = open(user, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+	if (fd < 0 || fstat(fd, &st) < 0)
+		return stasis_error_errno(err, errno, "reading CRIU_CONFIG_FILE %s: %s", user,
+					  strerror(errno));
+	if (!S_ISREG(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 022) ||
+	    st.st_size > 65536)
+		return stasis_error_set(
+		    err, EPERM, STASIS_DOMAIN_USAGE, 0,
+		    "CRIU_CONFIG_FILE %s is not a plain file of root's that only "
+		    "root can change, of 64 KiB at most",
+		    user);
+	/* The file opened, not the name again. */
+	snprintf(self, sizeof(self), "/proc/self/fd/%d", fd);
+	*text = read_file_str_max(self, 65536, &len);
+	if (!*text || strlen(*text) != len) {
+		free(*text);
+		*text = NULL;
+		return stasis_error_set(err, EINVAL, STASIS_DOMAIN_USAGE, 0,
+					"CRIU_CONFIG_FILE %s cannot be read as text", user);
+	}
+	return 0;
+}
+
 int runc_criu_conf(const char *work, const struct criu_settings *settings, const char *extra,
 		   char *env, size_t len, struct stasis_error **err)
 {
 	char conf[PATH_MAX + 32];
-	const char *user = getenv("CRIU_CONFIG_FILE");
 	_cleanup_free_ char *users = NULL;
-	int r;
-
 	/* The variable is the user's way to give CRIU options: stasis's file
 	 * takes its place, so its lines come first in it. */
-	if (user && *user && !(users = read_file_str_max(user, 65536, NULL)))
-		return stasis_error_errno(err, errno, "reading CRIU_CONFIG_FILE %s: %s", user,
-					  strerror(errno));
+	int r = users_criu_conf(&users, err);
+
+	if (r < 0)
+		return r;
 	snprintf(conf, sizeof(conf), "%s/criu.conf", work);
 	r = criu_settings_conf(settings, conf, users, extra, err);
 	if (r == 0)
@@ -222,6 +276,11 @@ int runc_criu_conf(const char *work, const struct criu_settings *settings, const
 	return r;
 }
 
+/* runc [--root ROOT] COMMAND ARGS... with its JSON log and CRIU's log in
+ * work, CRIU's settings in a configuration file of the operation's. runc
+ * 1.2 and later ignore --criu and run the criu of their PATH: stasis's
+ * CRIU comes first in it too. The container keeps the stdio runc had:
+ * /dev/null. */
 static int run_criu_command(const char *root, const char *command, const char *criu_log_name,
 			    const char *id, const char *work, const char *const *args,
 			    const struct criu_settings *settings, const char *conf_extra,
@@ -233,7 +292,7 @@ static int run_criu_command(const char *root, const char *command, const char *c
 	const char *argv[32] = {runc_binary(), "--log",	 log,	       "--log-format",
 				"json",	       "--criu", criu_binary()};
 	size_t n = 7;
-	int r = criu_require(err);
+	int r = criu_require(err), made;
 
 	if (r < 0)
 		return r;
@@ -252,11 +311,19 @@ static int run_criu_command(const char *root, const char *command, const char *c
 	r = runc_criu_conf(work, settings, conf_extra, conf_env, sizeof(conf_env), err);
 	if (r < 0)
 		return r;
-	snprintf(link_dir, sizeof(link_dir), "%s/criu-bin", work);
-	r = exec_run_env(argv, env_with_criu_path(link_dir, env, path, sizeof(path), full), NULL);
+	snprintf(link_dir, sizeof(link_dir), "%s/" CRIU_LINK_DIR, work);
+	made = runc_criu_path(link_dir, path, sizeof(path));
+	if (made < 0) {
+		unlink(conf_env + strlen("CRIU_CONFIG_FILE="));
+		return stasis_error_errno(err, -made,
+					  "putting stasis's CRIU first on runc's PATH (%s): %s",
+					  link_dir, strerror(-made));
+	}
+	r = exec_run_env(argv, env_with(path, env, full), NULL);
 	/* Not left in the image folder, where work may be. */
 	unlink(conf_env + strlen("CRIU_CONFIG_FILE="));
-	runc_criu_path_done(link_dir);
+	if (made)
+		runc_criu_path_done(link_dir);
 	return r == 0 ? 0 : runc_failure(err, command, id, log, criu_log);
 }
 
