@@ -640,3 +640,56 @@ PY
 	check_image_files "$root" && log_is_continuous "$root" || { cri_stop "$c"; return 1; }
 	cri_stop "$c"
 }
+
+# containerd's CRI restores a container from a stasis archive: stasis
+# checkpoints a container the CRI made (`checkpoint --runtime containerd
+# --namespace k8s.io --export`), which stasis's archive gives the CRI's
+# status.dump (its name, image, labels) and the image's NAME@DIGEST for;
+# the CRI removes what is left of it, and restores it from the archive
+# (CreateContainer with the archive as its image, StartContainer) in a pod
+# of its own; it counts on from the checkpoint with its files as they were.
+test_containerd2_cri_restores_stasis_archive() {
+	local bin="$BUILD/sid/bin" c="$TMP/cri-stasis" pod cid rid at root
+	local CTRD="$TMP/cri-stasis" # ctrd_rootfs
+	[ -x "$bin/containerd" ] && [ -x "$BUILD/bin/cri-client" ] || { fail "no containerd 2.1 or CRI client in $BUILD (make check makes them)"; return 1; }
+	own_criu "$c"
+	local PATH="$c/criu-bin:$bin:$PATH"
+	cri_start "$c" "$(command -v runc)" || { cri_stop "$c"; return 1; }
+	pod=$(cri_pod "$c") && $CRI pull "$CRI_REG/stasis/busybox:1" >/dev/null || { fail "the pod or the pull failed"; cri_stop "$c"; return 1; }
+	python3 - "$c/ctr.json" "$CRI_REG/stasis/busybox:1" "$IMAGE_SCRIPT" <<'PY'
+import json, sys
+json.dump({"metadata": {"name": "counter"}, "image": {"image": sys.argv[2]},
+           "command": ["/bin/sh", "-c", sys.argv[3]], "log_path": "counter.log",
+           "labels": {"app": "stasis-e2e"},
+           "linux": {"security_context": {"namespace_options": {"network": 2, "pid": 1}}}},
+          open(sys.argv[1], "w"))
+PY
+	cid=$($CRI create "$pod" "$c/ctr.json" "$c/pod.json") && $CRI start "$cid" >/dev/null ||
+		{ fail "the container did not start"; cri_stop "$c"; return 1; }
+	wait_counter "$(ctrd_rootfs "$cid" k8s.io)" 5 || { fail "the container does not count"; cri_stop "$c"; return 1; }
+	"$STASIS" checkpoint --runtime containerd --address "$c/state/containerd.sock" --namespace k8s.io "$cid" \
+		-D "$c/img" --export "$c/stasis.tar" || { cri_stop "$c"; return 1; }
+	tar -xOf "$c/stasis.tar" status.dump >"$c/status.dump" && tar -xOf "$c/stasis.tar" config.dump >"$c/config.dump" ||
+		{ fail "no status.dump or config.dump: $(tar -tf "$c/stasis.tar" | grep -v '^checkpoint/.')"; cri_stop "$c"; return 1; }
+	python3 - "$c/status.dump" "$c/config.dump" "$CRI_REG" <<'PY' || { fail "the archive's CRI files: $(cat "$c/status.dump" "$c/config.dump")"; cri_stop "$c"; return 1; }
+import json, sys
+s, c = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+assert s["metadata"]["name"] == "counter" and s["labels"] == {"app": "stasis-e2e"}, s
+assert c["rootfsImageRef"].startswith(sys.argv[3] + "/stasis/busybox@sha256:"), c
+PY
+	# stasis removed the container from containerd: the CRI forgets it.
+	$CRI rm "$cid" >/dev/null 2>&1
+	python3 - "$c/ctr.json" "$c/restore.json" "$c/stasis.tar" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1])); c["image"] = {"image": sys.argv[3]}; c["log_path"] = "restored.log"
+json.dump(c, open(sys.argv[2], "w"))
+PY
+	rid=$($CRI create "$pod" "$c/restore.json" "$c/pod.json") && $CRI start "$rid" >/dev/null ||
+		{ fail "the CRI's restore from stasis's archive failed: $(grep -i 'error' "$c/containerd.log" | tail -2)"; cri_stop "$c"; return 1; }
+	[ "$($CRI state "$rid")" = CONTAINER_RUNNING ] || { fail "restored: $($CRI state "$rid")"; cri_stop "$c"; return 1; }
+	root=$(ctrd_rootfs "$rid" k8s.io)
+	at=$(counter "$root")
+	wait_counter "$root" $((at + 10)) || { fail "the restored container does not count"; cri_stop "$c"; return 1; }
+	check_image_files "$root" && log_is_continuous "$root" || { cri_stop "$c"; return 1; }
+	cri_stop "$c"
+}

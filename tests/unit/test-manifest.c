@@ -67,6 +67,8 @@ static void fill(struct manifest *m)
 	m->container.image = strdup("docker.io/library/busybox:1");
 	m->container.image_digest = strdup("sha256:c0e1");
 	m->container.snapshotter = strdup("overlayfs");
+	m->container.cri_config =
+	    strdup("{\"metadata\":{\"name\":\"counter\"},\"labels\":{\"app\":\"x\"}}");
 	m->container.spec = strdup("{\"root\":{\"path\":\"rootfs\"}}");
 }
 
@@ -103,6 +105,8 @@ static void roundtrip(void **state)
 	assert_string_equal(b.container.image, "docker.io/library/busybox:1");
 	assert_string_equal(b.container.image_digest, "sha256:c0e1");
 	assert_string_equal(b.container.snapshotter, "overlayfs");
+	assert_string_equal(b.container.cri_config,
+			    "{\"metadata\":{\"name\":\"counter\"},\"labels\":{\"app\":\"x\"}}");
 	assert_string_equal(b.container.namespace, "k8s.io");
 	free(text);
 	manifest_free(&a);

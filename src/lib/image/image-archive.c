@@ -23,6 +23,7 @@
 #define ARCHIVE_STATS "stats-dump"
 #define ARCHIVE_SPEC "spec.dump"
 #define ARCHIVE_CONFIG "config.dump"
+#define ARCHIVE_STATUS "status.dump" /* the CRI's ContainerStatus */
 #define COPY_CHUNK (1 << 20)
 
 static bool compressed_name(const char *path)
@@ -176,6 +177,38 @@ static void put_string(json_object *o, const char *key, const char *value)
 		json_object_object_add(o, key, json_object_new_string(value));
 }
 
+/* The image's NAME@DIGEST (its tag or digest off the name): what the CRI
+ * pulls again at a restore from an archive. "" without a digest. */
+static void image_ref(const char *image, const char *digest, char *out, size_t len)
+{
+	const char *slash = strrchr(image, '/'), *at = strchr(image, '@');
+	const char *colon = strrchr(slash ? slash : image, ':');
+	size_t name = at ? (size_t)(at - image) : colon ? (size_t)(colon - image) : strlen(image);
+
+	out[0] = '\0';
+	if (digest && *digest)
+		snprintf(out, len, "%.*s@%s", (int)name, image, digest);
+}
+
+/* status.dump, the CRI's ContainerStatus of a container the CRI made, as
+ * its restore from an archive reads it (the name, image, labels and
+ * annotations it gives the restored container), from the CRI's config. */
+static json_object *cri_status(const char *cri_config)
+{
+	static const char *const keys[] = {"metadata", "image", "labels", "annotations",
+					   "log_path"};
+	json_object *config = json_tokener_parse(cri_config), *status, *v;
+
+	if (!config)
+		return NULL;
+	status = json_object_new_object();
+	for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++)
+		if (json_object_object_get_ex(config, keys[i], &v))
+			json_object_object_add(status, keys[i], json_object_get(v));
+	json_object_put(config);
+	return status;
+}
+
 /* What checkpointctl, podman and containerd read of the workload:
  * config.dump (checkpointctl's ContainerConfig) and spec.dump (an OCI
  * spec: a container's own, else one that names the tree's root process,
@@ -193,6 +226,13 @@ static int add_workload(struct archive *a, const struct manifest *m, const char 
 	put_string(config, "id", m->container.id ? m->container.id : pid);
 	put_string(config, "name", m->container.id ? m->container.id : root ? root->comm : "");
 	put_string(config, "rootfsImageName", m->container.image);
+	put_string(config, "rootfsImage", m->container.image);
+	if (m->container.image) {
+		char ref[1024];
+
+		image_ref(m->container.image, m->container.image_digest, ref, sizeof(ref));
+		put_string(config, "rootfsImageRef", ref);
+	}
 	put_string(config, "runtime", m->container.runtime);
 	put_string(config, "createdTime", m->created);
 	put_string(config, "checkpointedTime", m->created);
@@ -212,6 +252,11 @@ static int add_workload(struct archive *a, const struct manifest *m, const char 
 				       json_object_new_string("stasis"));
 		json_object_object_add(spec, "annotations", annotations);
 		r = add_json(a, ARCHIVE_SPEC, spec, out, err);
+	}
+	if (r == 0 && m->container.cri_config) {
+		json_object *status = cri_status(m->container.cri_config);
+
+		r = status ? add_json(a, ARCHIVE_STATUS, status, out, err) : 0;
 	}
 	if (r < 0) {
 		json_object_put(config);
@@ -274,8 +319,9 @@ int image_archive_write(const char *dir, const struct manifest *m, int fd, const
 static const char *image_name(const char *entry, char *buf, size_t len)
 {
 	static const char *const skipped[] = {
-	    ARCHIVE_STATS,    ARCHIVE_SPEC,  ARCHIVE_CONFIG,  ARCHIVE_ROOTFS_DIFF,
-	    "network.status", "bind.mounts", "deleted.files", "devshm-checkpoint.tar"};
+	    ARCHIVE_STATS,	 ARCHIVE_SPEC,	  ARCHIVE_CONFIG,
+	    ARCHIVE_ROOTFS_DIFF, ARCHIVE_STATUS,  "network.status",
+	    "bind.mounts",	 "deleted.files", "devshm-checkpoint.tar"};
 	const char *leaf;
 
 	if (strncmp(entry, "./", 2) == 0)

@@ -37,6 +37,7 @@ void manifest_free(struct manifest *m)
 	free(m->container.image);
 	free(m->container.image_digest);
 	free(m->container.snapshotter);
+	free(m->container.cri_config);
 	for (size_t i = 0; i < m->nprocs; i++)
 		free(m->procs[i].cmdline);
 	free(m->procs);
@@ -258,6 +259,12 @@ static json_object *container_to_json(const struct manifest_container *c)
 	add_str(o, "image_digest", c->image_digest);
 	add_str(o, "snapshotter", c->snapshotter);
 	json_object_object_add(o, "spec", spec ? spec : json_object_new_object());
+	if (c->cri_config) {
+		json_object *cri = json_tokener_parse(c->cri_config);
+
+		if (cri)
+			json_object_object_add(o, "cri_config", cri);
+	}
 	return o;
 }
 
@@ -498,6 +505,10 @@ static int decode_container(json_object *root, struct manifest *m, struct stasis
 	spec = field(c, "spec", json_type_object);
 	if (spec)
 		m->container.spec = strdup(json_object_to_json_string_ext(
+		    spec, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE));
+	spec = field(c, "cri_config", json_type_object);
+	if (spec)
+		m->container.cri_config = strdup(json_object_to_json_string_ext(
 		    spec, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE));
 	return 0;
 }

@@ -69,6 +69,7 @@ struct manifest_container {
 	char *image;	    /* the image it was made from (containerd), else NULL */
 	char *image_digest; /* its manifest's (or index's) digest, if known */
 	char *snapshotter;  /* containerd's snapshotter of its root */
+	char *cri_config;   /* the CRI's ContainerConfig (JSON text), if the CRI made it */
 };
 
 struct manifest_phase {

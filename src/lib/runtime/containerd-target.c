@@ -136,6 +136,9 @@ static void describe_image(const struct containerd *c, const struct containerd_c
 		return;
 	m->container.image = strdup(cc->image);
 	m->container.snapshotter = strdup(cc->snapshotter);
+	/* What the CRI needs of it to restore it from an archive. */
+	if (cc->cri_config)
+		m->container.cri_config = strdup(cc->cri_config);
 	if (containerd_image_digest(c, cc->image, digest, sizeof(digest), NULL) == 0)
 		m->container.image_digest = strdup(digest);
 }
@@ -161,6 +164,7 @@ static int containerd_describe(struct target *t, struct manifest *m, struct stas
 		r = container_describe(t, m, spec, pids, n, err);
 	if (r == 0)
 		describe_image(&c, &cc, m);
+	free(cc.cri_config);
 	return r;
 }
 

@@ -181,6 +181,38 @@ static void runc_option(json_object *info, int field, char *out, size_t len)
 	}
 }
 
+/* The CRI's metadata of a container it made (containerd keeps it as an
+ * extension: JSON, base64 in ctr's): its ContainerConfig, as JSON text, or
+ * NULL. */
+static char *cri_config(json_object *info)
+{
+	json_object *ext, *meta, *value, *o, *inner, *config;
+	const char *b64;
+	unsigned char *buf;
+	char *out = NULL;
+	size_t n;
+
+	if (!json_object_object_get_ex(info, "Extensions", &ext) ||
+	    !json_object_object_get_ex(ext, "io.cri-containerd.container.metadata", &meta) ||
+	    !json_object_object_get_ex(meta, "value", &value))
+		return NULL;
+	b64 = json_object_get_string(value);
+	buf = malloc(strlen(b64) + 1);
+	if (!buf)
+		return NULL;
+	n = base64_decode(b64, buf, strlen(b64));
+	buf[n] = '\0';
+	o = json_tokener_parse((const char *)buf);
+	free(buf);
+	if (o && json_object_object_get_ex(o, "Metadata", &inner) &&
+	    json_object_object_get_ex(inner, "Config", &config) &&
+	    json_object_is_type(config, json_type_object))
+		out = strdup(json_object_to_json_string_ext(
+		    config, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE));
+	json_object_put(o);
+	return out;
+}
+
 static void copy_string(json_object *o, const char *key, char *out, size_t len)
 {
 	json_object *v;
@@ -217,6 +249,7 @@ int containerd_container(const struct containerd *c, const char *id,
 	if (json_object_object_get_ex(o, "Spec", &spec))
 		out->spec = strdup(json_object_to_json_string_ext(
 		    spec, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE));
+	out->cri_config = cri_config(o);
 	json_object_put(o);
 	task_of(c, id, out);
 	return 0;
@@ -258,6 +291,7 @@ static int list_namespace(const struct containerd *c, struct target_container **
 		if (containerd_container(c, strip_trailing(id), &cc, NULL) < 0)
 			continue;
 		free(cc.spec);
+		free(cc.cri_config);
 		if (append(list, n, c->namespace, &cc) < 0)
 			return -ENOMEM;
 		found++;

@@ -27,6 +27,10 @@ struct containerd_container {
 	char snapshotter[64];	  /* the snapshotter that holds it */
 	char runc_root[PATH_MAX]; /* the runc state folder its shim uses */
 	char *spec;		  /* its OCI spec, JSON text (the caller frees) */
+	/* The CRI's ContainerConfig of a container the CRI made (the kubelet's
+	 * request, with its name, labels and annotations), JSON text, else
+	 * NULL (the caller frees). */
+	char *cri_config;
 };
 
 /* The client for address and namespace (NULL: as ctr picks them). */
