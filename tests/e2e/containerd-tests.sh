@@ -582,6 +582,50 @@ cri_pod() {
 	$CRI runp "$1/pod.json"
 }
 
+# cri_counter DIR [LABELS_JSON]: containerd 2.1 with its CRI (cri_start, in
+# DIR, stasis's CRIU as the machine's criu: own_criu), a pod, and in it the
+# image container of IMAGE_SCRIPT, started and counting; sets pod and cid.
+# On failure everything is stopped.
+cri_counter() {
+	local c=$1 labels=${2:-'{}'}
+	own_criu "$c"
+	PATH="$c/criu-bin:$BUILD/sid/bin:$PATH" cri_start "$c" "$(command -v runc)" || { cri_stop "$c"; return 1; }
+	pod=$(cri_pod "$c") || { fail "RunPodSandbox failed"; cri_stop "$c"; return 1; }
+	$CRI pull "$CRI_REG/stasis/busybox:1" >/dev/null || { fail "pull failed"; cri_stop "$c"; return 1; }
+	python3 - "$c/ctr.json" "$CRI_REG/stasis/busybox:1" "$IMAGE_SCRIPT" "$labels" <<'PY'
+import json, sys
+json.dump({"metadata": {"name": "counter"}, "image": {"image": sys.argv[2]},
+           "command": ["/bin/sh", "-c", sys.argv[3]], "log_path": "counter.log",
+           "labels": json.loads(sys.argv[4]),
+           "linux": {"security_context": {"namespace_options": {"network": 2, "pid": 1}}}},
+          open(sys.argv[1], "w"))
+PY
+	cid=$($CRI create "$pod" "$c/ctr.json" "$c/pod.json") && $CRI start "$cid" >/dev/null ||
+		{ fail "the container did not start: $(tail -3 "$c/containerd.log")"; cri_stop "$c"; return 1; }
+	wait_counter "$(ctrd_rootfs "$cid" k8s.io)" 5 ||
+		{ fail "the container does not count: $($CRI state "$cid"), $(tail -2 "$c/logs/counter.log")"; cri_stop "$c"; return 1; }
+}
+
+# cri_restore_counter DIR ARCHIVE: the CRI restores the container from
+# ARCHIVE as the kubelet asks (the container it had, the archive as its
+# image), in the pod; it runs, counts on from the checkpoint, and its files
+# are as they were then. Sets rid; stops everything on failure.
+cri_restore_counter() {
+	local c=$1 root at
+	python3 - "$c/ctr.json" "$c/restore.json" "$2" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1])); c["image"] = {"image": sys.argv[3]}; c["log_path"] = "restored.log"
+json.dump(c, open(sys.argv[2], "w"))
+PY
+	rid=$($CRI create "$pod" "$c/restore.json" "$c/pod.json") && $CRI start "$rid" >/dev/null ||
+		{ fail "the restore failed: $(find "$c/state" -name restore.log -exec grep -h "Error\|stasis" {} + | tail -5)"; cri_stop "$c"; return 1; }
+	[ "$($CRI state "$rid")" = CONTAINER_RUNNING ] || { fail "restored: $($CRI state "$rid")"; cri_stop "$c"; return 1; }
+	root=$(ctrd_rootfs "$rid" k8s.io)
+	at=$(counter "$root")
+	wait_counter "$root" $((at + 10)) || { fail "the restored container does not count"; cri_stop "$c"; return 1; }
+	check_image_files "$root" && log_is_continuous "$root" || { cri_stop "$c"; return 1; }
+}
+
 # The kubelet's checkpoint of a container (CRI CheckpointContainer, the
 # container running on, as Kubernetes' forensic checkpoint leaves it) and
 # its restore from the archive (CreateContainer with the archive as its
@@ -590,27 +634,13 @@ cri_pod() {
 # went through stasis's CRIU, and the restored container counts on from
 # the checkpoint with its files as they were then.
 test_containerd2_cri_checkpoint() {
-	local bin="$BUILD/sid/bin" c="$TMP/cri" pod cid rid at root
+	local bin="$BUILD/sid/bin" c="$TMP/cri" pod cid rid
 	local CTRD="$TMP/cri" # ctrd_rootfs
 	[ -x "$bin/containerd" ] && [ -x "$BUILD/bin/cri-client" ] || { fail "no containerd 2.1 or CRI client in $BUILD (make check makes them)"; return 1; }
-	own_criu "$c"
-	local PATH="$c/criu-bin:$bin:$PATH"
-	cri_start "$c" "${CRI_RUNC:-$(command -v runc)}" || { cri_stop "$c"; return 1; }
-	pod=$(cri_pod "$c") || { fail "RunPodSandbox failed"; cri_stop "$c"; return 1; }
-	$CRI pull "$CRI_REG/stasis/busybox:1" >/dev/null || { fail "pull failed"; cri_stop "$c"; return 1; }
-	python3 - "$c/ctr.json" "$CRI_REG/stasis/busybox:1" "$IMAGE_SCRIPT" <<'PY'
-import json, sys
-json.dump({"metadata": {"name": "counter"}, "image": {"image": sys.argv[2]},
-           "command": ["/bin/sh", "-c", sys.argv[3]], "log_path": "counter.log",
-           "linux": {"security_context": {"namespace_options": {"network": 2, "pid": 1}}}},
-          open(sys.argv[1], "w"))
-PY
-	cid=$($CRI create "$pod" "$c/ctr.json" "$c/pod.json") && $CRI start "$cid" >/dev/null ||
-		{ fail "the container did not start: $(tail -3 "$c/containerd.log")"; cri_stop "$c"; return 1; }
-	wait_counter "$(ctrd_rootfs "$cid" k8s.io)" 5 || { fail "the container does not count: $($CRI state "$cid"), $(tail -2 "$c/logs/counter.log")"; ls "$(ctrd_rootfs "$cid" k8s.io)"; cri_stop "$c"; return 1; }
+	cri_counter "$c" || return 1
 	$CRI checkpoint "$cid" "$c/checkpoint.tar" >/dev/null ||
 		{ fail "CheckpointContainer failed: $(grep -i error "$c/containerd.log" | tail -2)"; cri_stop "$c"; return 1; }
-	grep -q "^dump" "$c/criu-calls" || grep -q "swrk" "$c/criu-calls" || { fail "containerd's runc ran no criu of PATH's"; cri_stop "$c"; return 1; }
+	grep -q "swrk" "$c/criu-calls" || { fail "containerd's runc ran no criu of PATH's"; cri_stop "$c"; return 1; }
 	[ "$($CRI state "$cid")" = CONTAINER_RUNNING ] || { fail "the checkpointed container stopped: $($CRI state "$cid")"; cri_stop "$c"; return 1; }
 	for f in checkpoint/ config.dump spec.dump status.dump rootfs-diff.tar dump.log; do
 		tar -tf "$c/checkpoint.tar" | grep -q "^\(\./\)\?$f" || { fail "$f not in the archive: $(tar -tf "$c/checkpoint.tar" | head)"; cri_stop "$c"; return 1; }
@@ -624,20 +654,8 @@ PY
 		{ fail "the plugin in dump.log: $(grep 'stasis\|unfreezing\|Plugin' "$c/dump.log")"; cri_stop "$c"; return 1; }
 	$CRI stop "$cid" 0 >/dev/null && $CRI rm "$cid" >/dev/null || { fail "the container would not go"; cri_stop "$c"; return 1; }
 	: >"$c/criu-calls"
-	# The kubelet asks for the container it had, with the archive as its image.
-	python3 - "$c/ctr.json" "$c/restore.json" "$c/checkpoint.tar" <<'PY'
-import json, sys
-c = json.load(open(sys.argv[1])); c["image"] = {"image": sys.argv[3]}; c["log_path"] = "restored.log"
-json.dump(c, open(sys.argv[2], "w"))
-PY
-	rid=$($CRI create "$pod" "$c/restore.json" "$c/pod.json") && $CRI start "$rid" >/dev/null ||
-		{ fail "the restore failed: $(find "$c/state" -name restore.log -exec grep -h "Error\|stasis" {} + | tail -5)"; cri_stop "$c"; return 1; }
+	cri_restore_counter "$c" "$c/checkpoint.tar" || return 1
 	[ -s "$c/criu-calls" ] || { fail "the restore ran no criu of PATH's"; cri_stop "$c"; return 1; }
-	[ "$($CRI state "$rid")" = CONTAINER_RUNNING ] || { fail "restored: $($CRI state "$rid")"; cri_stop "$c"; return 1; }
-	root=$(ctrd_rootfs "$rid" k8s.io)
-	at=$(counter "$root")
-	wait_counter "$root" $((at + 10)) || { fail "the restored container does not count"; cri_stop "$c"; return 1; }
-	check_image_files "$root" && log_is_continuous "$root" || { cri_stop "$c"; return 1; }
 	cri_stop "$c"
 }
 
@@ -649,25 +667,11 @@ PY
 # (CreateContainer with the archive as its image, StartContainer) in a pod
 # of its own; it counts on from the checkpoint with its files as they were.
 test_containerd2_cri_restores_stasis_archive() {
-	local bin="$BUILD/sid/bin" c="$TMP/cri-stasis" pod cid rid at root
+	local bin="$BUILD/sid/bin" c="$TMP/cri-stasis" pod cid rid
 	local CTRD="$TMP/cri-stasis" # ctrd_rootfs
 	[ -x "$bin/containerd" ] && [ -x "$BUILD/bin/cri-client" ] || { fail "no containerd 2.1 or CRI client in $BUILD (make check makes them)"; return 1; }
-	own_criu "$c"
-	local PATH="$c/criu-bin:$bin:$PATH"
-	cri_start "$c" "$(command -v runc)" || { cri_stop "$c"; return 1; }
-	pod=$(cri_pod "$c") && $CRI pull "$CRI_REG/stasis/busybox:1" >/dev/null || { fail "the pod or the pull failed"; cri_stop "$c"; return 1; }
-	python3 - "$c/ctr.json" "$CRI_REG/stasis/busybox:1" "$IMAGE_SCRIPT" <<'PY'
-import json, sys
-json.dump({"metadata": {"name": "counter"}, "image": {"image": sys.argv[2]},
-           "command": ["/bin/sh", "-c", sys.argv[3]], "log_path": "counter.log",
-           "labels": {"app": "stasis-e2e"},
-           "linux": {"security_context": {"namespace_options": {"network": 2, "pid": 1}}}},
-          open(sys.argv[1], "w"))
-PY
-	cid=$($CRI create "$pod" "$c/ctr.json" "$c/pod.json") && $CRI start "$cid" >/dev/null ||
-		{ fail "the container did not start"; cri_stop "$c"; return 1; }
-	wait_counter "$(ctrd_rootfs "$cid" k8s.io)" 5 || { fail "the container does not count"; cri_stop "$c"; return 1; }
-	"$STASIS" checkpoint --runtime containerd --address "$c/state/containerd.sock" --namespace k8s.io "$cid" \
+	cri_counter "$c" '{"app": "stasis-e2e"}' || return 1
+	PATH="$bin:$PATH" "$STASIS" checkpoint --runtime containerd --address "$c/state/containerd.sock" --namespace k8s.io "$cid" \
 		-D "$c/img" --export "$c/stasis.tar" || { cri_stop "$c"; return 1; }
 	tar -xOf "$c/stasis.tar" status.dump >"$c/status.dump" && tar -xOf "$c/stasis.tar" config.dump >"$c/config.dump" ||
 		{ fail "no status.dump or config.dump: $(tar -tf "$c/stasis.tar" | grep -v '^checkpoint/.')"; cri_stop "$c"; return 1; }
@@ -679,17 +683,6 @@ assert c["rootfsImageRef"].startswith(sys.argv[3] + "/stasis/busybox@sha256:"), 
 PY
 	# stasis removed the container from containerd: the CRI forgets it.
 	$CRI rm "$cid" >/dev/null 2>&1
-	python3 - "$c/ctr.json" "$c/restore.json" "$c/stasis.tar" <<'PY'
-import json, sys
-c = json.load(open(sys.argv[1])); c["image"] = {"image": sys.argv[3]}; c["log_path"] = "restored.log"
-json.dump(c, open(sys.argv[2], "w"))
-PY
-	rid=$($CRI create "$pod" "$c/restore.json" "$c/pod.json") && $CRI start "$rid" >/dev/null ||
-		{ fail "the CRI's restore from stasis's archive failed: $(grep -i 'error' "$c/containerd.log" | tail -2)"; cri_stop "$c"; return 1; }
-	[ "$($CRI state "$rid")" = CONTAINER_RUNNING ] || { fail "restored: $($CRI state "$rid")"; cri_stop "$c"; return 1; }
-	root=$(ctrd_rootfs "$rid" k8s.io)
-	at=$(counter "$root")
-	wait_counter "$root" $((at + 10)) || { fail "the restored container does not count"; cri_stop "$c"; return 1; }
-	check_image_files "$root" && log_is_continuous "$root" || { cri_stop "$c"; return 1; }
+	cri_restore_counter "$c" "$c/stasis.tar" || return 1
 	cri_stop "$c"
 }
