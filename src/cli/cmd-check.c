@@ -182,6 +182,45 @@ static void check_criu(struct report *rep)
 	check_criu_settings(rep);
 }
 
+/* CRIU's own plugin folder, where make install links stasis's plugin. */
+#define CRIU_PLUGIN_DIR "/usr/lib/criu"
+
+/* Whether two paths name one file once their links are followed. */
+static bool same_file(const char *a, const char *b)
+{
+	char ra[PATH_MAX], rb[PATH_MAX];
+
+	return realpath(a, ra) && realpath(b, rb) && strcmp(ra, rb) == 0;
+}
+
+/* What a runtime's own checkpoint runs: runc 1.2 and later, podman and
+ * containerd's CRI run the criu first on root's PATH, which loads plugins
+ * from its plugin folder. Only with stasis's CRIU and plugin there do
+ * they get the GPU steps; stasis's own commands run its CRIU anyway. */
+static void check_runtimes_criu(struct report *rep)
+{
+	char found[PATH_MAX], self[PATH_MAX], plugin[PATH_MAX + 64];
+	bool on_path = criu_find_in_path("criu", found, sizeof(found));
+	bool criu_ok = on_path && same_file(found, criu_binary());
+	bool plugin_ok =
+	    self_dir(self, sizeof(self)) == 0 &&
+	    snprintf(plugin, sizeof(plugin), "%s/../lib/stasis/criu/stasis_nvidia.so", self) > 0 &&
+	    same_file(plugin, CRIU_PLUGIN_DIR "/stasis_nvidia.so");
+
+	if (criu_ok && plugin_ok)
+		item(rep, OK, "runtimes-criu", NULL,
+		     "runtimes run stasis's CRIU (%s) with its plugin: their own checkpoints "
+		     "(runc, containerd's CRI, podman) get the GPU steps",
+		     found);
+	else
+		item(rep, WARNING, "runtimes-criu",
+		     "make install puts stasis's CRIU first on root's PATH and links its plugin "
+		     "into " CRIU_PLUGIN_DIR,
+		     "runtimes' own checkpoints run %s%s: no GPU steps there (stasis's commands "
+		     "are not affected)",
+		     on_path ? found : "no criu", plugin_ok ? "" : ", without stasis's plugin");
+}
+
 static void check_breakpoints(struct report *rep)
 {
 	switch (hw_breakpoints_probe(false)) {
@@ -260,6 +299,7 @@ int cmd_check(int argc, char **argv)
 	check_driver(&rep);
 	check_gpus(&rep);
 	check_criu(&rep);
+	check_runtimes_criu(&rep);
 	check_breakpoints(&rep);
 	check_thp(&rep);
 	check_protected_links(&rep);

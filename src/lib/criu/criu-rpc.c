@@ -32,7 +32,7 @@ static bool executable(const char *path)
 	return stat(path, &st) == 0 && S_ISREG(st.st_mode) && access(path, X_OK) == 0;
 }
 
-static bool find_in_path(const char *name, char *out, size_t len)
+bool criu_find_in_path(const char *name, char *out, size_t len)
 {
 	const char *path = getenv("PATH");
 	_cleanup_free_ char *copy = strdup(path ? path : "/usr/sbin:/usr/bin:/sbin:/bin");
@@ -67,7 +67,7 @@ const char *criu_binary(void)
 		if (executable(criu_path))
 			return criu_path;
 	}
-	if (find_in_path("criu", criu_path, sizeof(criu_path)))
+	if (criu_find_in_path("criu", criu_path, sizeof(criu_path)))
 		return criu_path;
 	snprintf(criu_path, sizeof(criu_path), "criu");
 	return criu_path;

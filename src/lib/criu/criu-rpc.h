@@ -62,6 +62,9 @@ struct criu_restore_request {
 /* Path of the criu binary stasis uses: $STASIS_CRIU, next to stasis, PATH. */
 const char *criu_binary(void);
 
+/* The first executable name in $PATH's folders, into out. */
+bool criu_find_in_path(const char *name, char *out, size_t len);
+
 /* CRIU must be there. */
 int criu_require(struct stasis_error **err);
 /* 40101 for 4.1.1; checks presence and minimum version (asked of the
