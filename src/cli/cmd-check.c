@@ -194,9 +194,10 @@ static bool same_file(const char *a, const char *b)
 }
 
 /* What a runtime's own checkpoint runs: runc 1.2 and later, podman and
- * containerd's CRI run the criu first on root's PATH, which loads plugins
- * from its plugin folder. Only with stasis's CRIU and plugin there do
- * they get the GPU steps; stasis's own commands run its CRIU anyway. */
+ * containerd's CRI run the criu first on their PATH (this looks in stasis's
+ * own, root's: a runtime started elsewhere may have another), which loads
+ * plugins from its plugin folder. Only with stasis's CRIU and plugin there
+ * do they get the GPU steps; stasis's own commands run its CRIU anyway. */
 static void check_runtimes_criu(struct report *rep)
 {
 	char found[PATH_MAX], self[PATH_MAX], plugin[PATH_MAX + 64];
@@ -216,8 +217,8 @@ static void check_runtimes_criu(struct report *rep)
 		item(rep, WARNING, "runtimes-criu",
 		     "make install puts stasis's CRIU first on root's PATH and links its plugin "
 		     "into " CRIU_PLUGIN_DIR,
-		     "runtimes' own checkpoints run %s%s: no GPU steps there (stasis's commands "
-		     "are not affected)",
+		     "runtimes' own checkpoints run %s (first on this PATH)%s: no GPU steps there "
+		     "(stasis's commands are not affected)",
 		     on_path ? found : "no criu", plugin_ok ? "" : ", without stasis's plugin");
 }
 

@@ -606,15 +606,17 @@ PY
 		{ fail "the container does not count: $($CRI state "$cid"), $(tail -2 "$c/logs/counter.log")"; cri_stop "$c"; return 1; }
 }
 
-# cri_restore_counter DIR ARCHIVE: the CRI restores the container from
-# ARCHIVE as the kubelet asks (the container it had, the archive as its
-# image), in the pod; it runs, counts on from the checkpoint, and its files
-# are as they were then. Sets rid; stops everything on failure.
+# cri_restore_counter DIR ARCHIVE [JSON]: the CRI restores the container
+# from ARCHIVE as the kubelet asks (the container it had, the archive as
+# its image; JSON's keys replace the request's), in the pod; it runs, counts
+# on from the checkpoint, and its files are as they were then. Sets rid;
+# stops everything on failure.
 cri_restore_counter() {
 	local c=$1 root at
-	python3 - "$c/ctr.json" "$c/restore.json" "$2" <<'PY'
+	python3 - "$c/ctr.json" "$c/restore.json" "$2" "${3:-{\}}" <<'PY'
 import json, sys
 c = json.load(open(sys.argv[1])); c["image"] = {"image": sys.argv[3]}; c["log_path"] = "restored.log"
+c.update(json.loads(sys.argv[4]))
 json.dump(c, open(sys.argv[2], "w"))
 PY
 	rid=$($CRI create "$pod" "$c/restore.json" "$c/pod.json") && $CRI start "$rid" >/dev/null ||
@@ -679,10 +681,21 @@ test_containerd2_cri_restores_stasis_archive() {
 import json, sys
 s, c = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
 assert s["metadata"]["name"] == "counter" and s["labels"] == {"app": "stasis-e2e"}, s
-assert c["rootfsImageRef"].startswith(sys.argv[3] + "/stasis/busybox@sha256:"), c
+assert s["image"]["image"] == sys.argv[3] + "/stasis/busybox:1" and s["log_path"].startswith("/"), s
+ref = c["rootfsImageRef"]
+assert ref.startswith(sys.argv[3] + "/stasis/busybox@sha256:") and len(ref.split("@sha256:")[1]) == 64, c
 PY
 	# stasis removed the container from containerd: the CRI forgets it.
 	$CRI rm "$cid" >/dev/null 2>&1
 	cri_restore_counter "$c" "$c/stasis.tar" || return 1
+	# Its image is the one status.dump names (the request's is the archive),
+	# as containerd 2.1 takes it from there, with the annotations.
+	$CRI inspect "$rid" >"$c/inspect"
+	python3 - "$c/inspect" "$CRI_REG" <<'PY' || { fail "the restored container: $(head -30 "$c/inspect")"; cri_stop "$c"; return 1; }
+import json, sys
+s, _ = json.JSONDecoder().raw_decode(open(sys.argv[1]).read())
+assert s["image"]["image"] == sys.argv[2] + "/stasis/busybox:1", s["image"]
+assert s["annotations"].get("restored") == "true", s["annotations"]
+PY
 	cri_stop "$c"
 }

@@ -177,17 +177,21 @@ static void put_string(json_object *o, const char *key, const char *value)
 		json_object_object_add(o, key, json_object_new_string(value));
 }
 
-/* The image's NAME@DIGEST (its tag or digest off the name): what the CRI
- * pulls again at a restore from an archive. "" without a digest. */
+/* The image's NAME@DIGEST (its digest and tag off the name): what the CRI
+ * pulls again at a restore from an archive. "" without a digest, or for an
+ * image named by its ID alone. */
 static void image_ref(const char *image, const char *digest, char *out, size_t len)
 {
-	const char *slash = strrchr(image, '/'), *at = strchr(image, '@');
-	const char *colon = strrchr(slash ? slash : image, ':');
-	size_t name = at ? (size_t)(at - image) : colon ? (size_t)(colon - image) : strlen(image);
+	const char *at = strchr(image, '@'), *end = at ? at : image + strlen(image);
+	const char *slash = memrchr(image, '/', (size_t)(end - image));
+	const char *colon =
+	    memchr(slash ? slash : image, ':', (size_t)(end - (slash ? slash : image)));
 
 	out[0] = '\0';
-	if (digest && *digest)
-		snprintf(out, len, "%.*s@%s", (int)name, image, digest);
+	if (colon)
+		end = colon;
+	if (digest && *digest && end > image && strncmp(image, "sha256:", 7) != 0)
+		snprintf(out, len, "%.*s@%s", (int)(end - image), image, digest);
 }
 
 /* status.dump, the CRI's ContainerStatus of a container the CRI made, as

@@ -92,7 +92,7 @@ static int containerd_find(struct target *t, struct stasis_error **err)
 	}
 	if (r < 0)
 		return r;
-	free(cc.spec);
+	containerd_container_free(&cc);
 	r = require_supported_root(&cc, err);
 	if (r == 0)
 		r = container_require_running(cc.id, cc.status, err);
@@ -158,13 +158,12 @@ static int containerd_describe(struct target *t, struct manifest *m, struct stas
 	if (r < 0)
 		return r;
 	spec = running_spec(t, &cc);
-	free(cc.spec);
 	r = container_processes(t->root, &pids, &n, err);
 	if (r == 0)
 		r = container_describe(t, m, spec, pids, n, err);
 	if (r == 0)
 		describe_image(&c, &cc, m);
-	free(cc.cri_config);
+	containerd_container_free(&cc);
 	return r;
 }
 
@@ -306,7 +305,7 @@ static int containerd_restore_check(struct target *t, const struct manifest *m,
 	if (r < 0)
 		return r;
 	if (containerd_container(&c, t->id, &taken, NULL) == 0) {
-		free(taken.spec);
+		containerd_container_free(&taken);
 		stasis_error_set(err, EEXIST, STASIS_DOMAIN_USAGE, 0,
 				 "container name '%s' is already taken in namespace '%s' (%s)",
 				 t->id, c.namespace, taken.status);
@@ -451,7 +450,7 @@ static int containerd_adopt(struct target *t, struct manifest *m, pid_t *root,
 	r = containerd_container(&c, t->id, &cc, err);
 	if (r < 0)
 		return r;
-	free(cc.spec);
+	containerd_container_free(&cc);
 	if (cc.pid <= 0)
 		return stasis_error_set(err, ESRCH, STASIS_DOMAIN_CRIU, 0,
 					"container '%s' has no running task after its restore",

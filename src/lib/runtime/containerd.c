@@ -158,7 +158,8 @@ static void runc_option(json_object *info, int field, char *out, size_t len)
 	out[0] = '\0';
 	if (!json_object_object_get_ex(info, "Runtime", &runtime) ||
 	    !json_object_object_get_ex(runtime, "Options", &options) ||
-	    !json_object_object_get_ex(options, "value", &value))
+	    !json_object_object_get_ex(options, "value", &value) ||
+	    !json_object_is_type(value, json_type_string))
 		return;
 	n = base64_decode(json_object_get_string(value), buf, sizeof(buf));
 	while (i + 2 <= n) {
@@ -182,35 +183,60 @@ static void runc_option(json_object *info, int field, char *out, size_t len)
 }
 
 /* The CRI's metadata of a container it made (containerd keeps it as an
- * extension: JSON, base64 in ctr's): its ContainerConfig, as JSON text, or
- * NULL. */
+ * extension: JSON, base64 in ctr's, version "v1"): what its restore from
+ * an archive needs of its ContainerConfig (the name, image, labels and
+ * annotations), with its log's full path, as JSON text; NULL where there
+ * is none, or none this reads (more than 1 MiB, another version). */
 static char *cri_config(json_object *info)
 {
-	json_object *ext, *meta, *value, *o, *inner, *config;
+	static const char *const keep[] = {"metadata", "image", "labels", "annotations"};
+	json_object *ext, *meta, *value, *o, *inner, *config, *version, *log, *v, *out;
 	const char *b64;
 	unsigned char *buf;
-	char *out = NULL;
+	char *text = NULL;
 	size_t n;
 
 	if (!json_object_object_get_ex(info, "Extensions", &ext) ||
 	    !json_object_object_get_ex(ext, "io.cri-containerd.container.metadata", &meta) ||
-	    !json_object_object_get_ex(meta, "value", &value))
+	    !json_object_object_get_ex(meta, "value", &value) ||
+	    !json_object_is_type(value, json_type_string))
 		return NULL;
 	b64 = json_object_get_string(value);
-	buf = malloc(strlen(b64) + 1);
-	if (!buf)
+	n = strlen(b64);
+	if (n > (4u << 20) / 3 || !(buf = malloc(n + 1)))
 		return NULL;
-	n = base64_decode(b64, buf, strlen(b64));
-	buf[n] = '\0';
+	buf[base64_decode(b64, buf, n)] = '\0';
 	o = json_tokener_parse((const char *)buf);
 	free(buf);
-	if (o && json_object_object_get_ex(o, "Metadata", &inner) &&
-	    json_object_object_get_ex(inner, "Config", &config) &&
-	    json_object_is_type(config, json_type_object))
-		out = strdup(json_object_to_json_string_ext(
-		    config, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE));
+	if (!o || !json_object_object_get_ex(o, "Version", &version) ||
+	    strcmp(json_object_get_string(version) ? json_object_get_string(version) : "", "v1") !=
+		0 ||
+	    !json_object_object_get_ex(o, "Metadata", &inner) ||
+	    !json_object_object_get_ex(inner, "Config", &config) ||
+	    !json_object_is_type(config, json_type_object)) {
+		json_object_put(o);
+		return NULL;
+	}
+	out = json_object_new_object();
+	for (size_t i = 0; out && i < sizeof(keep) / sizeof(keep[0]); i++)
+		if (json_object_object_get_ex(config, keep[i], &v))
+			json_object_object_add(out, keep[i], json_object_get(v));
+	if (out && json_object_object_get_ex(inner, "LogPath", &log) &&
+	    json_object_is_type(log, json_type_string))
+		json_object_object_add(out, "log_path", json_object_get(log));
+	if (out)
+		text = strdup(json_object_to_json_string_ext(
+		    out, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE));
+	json_object_put(out);
 	json_object_put(o);
-	return out;
+	return text;
+}
+
+void containerd_container_free(struct containerd_container *c)
+{
+	free(c->spec);
+	free(c->cri_config);
+	c->spec = c->cri_config = NULL;
 }
 
 static void copy_string(json_object *o, const char *key, char *out, size_t len)
@@ -290,8 +316,7 @@ static int list_namespace(const struct containerd *c, struct target_container **
 
 		if (containerd_container(c, strip_trailing(id), &cc, NULL) < 0)
 			continue;
-		free(cc.spec);
-		free(cc.cri_config);
+		containerd_container_free(&cc);
 		if (append(list, n, c->namespace, &cc) < 0)
 			return -ENOMEM;
 		found++;

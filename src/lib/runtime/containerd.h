@@ -33,6 +33,9 @@ struct containerd_container {
 	char *cri_config;
 };
 
+/* What containerd_container filled in c that it made (spec, cri_config). */
+void containerd_container_free(struct containerd_container *c);
+
 /* The client for address and namespace (NULL: as ctr picks them). */
 void containerd_client(struct containerd *c, const char *address, const char *namespace);
 
