@@ -69,8 +69,8 @@ static void make_batch(struct gpu_batch *b, size_t n)
 	memset(b, 0, sizeof(*b));
 	b->lock_timeout_ms = 200;
 	for (size_t i = 0; i < n; i++) {
-		set_state(FIRST_PID + (pid_t)i, CUDA_PROCESS_RUNNING);
-		assert_int_equal(gpu_batch_add(b, FIRST_PID + (pid_t)i), 0);
+		set_state(procs[i], CUDA_PROCESS_RUNNING);
+		assert_int_equal(gpu_batch_add(b, procs[i]), 0);
 	}
 }
 
@@ -145,7 +145,7 @@ static void find_only_cuda(void **state)
 
 	(void)state;
 	set_state(FIRST_PID, 0);
-	set_state(FIRST_PID + 1, 1);
+	set_state(procs[1], 1);
 	assert_int_equal(gpu_find_cuda(pids, 3, &b, &err), 0);
 	assert_int_equal(b.n, 2);
 	/* One of them is locked by someone else: refused before any change. */
@@ -180,9 +180,9 @@ static void rollback_paths(void **state)
 	char spec[64], needle[64];
 
 	(void)state;
-	snprintf(spec, sizeof(spec), "lock:909:%d", FIRST_PID + 2);
+	snprintf(spec, sizeof(spec), "lock:909:%d", procs[2]);
 	expect_rollback(spec, "CUDA_ERROR_TIMEOUT");
-	snprintf(spec, sizeof(spec), "checkpoint:801:%d", FIRST_PID + 3);
+	snprintf(spec, sizeof(spec), "checkpoint:801:%d", procs[3]);
 	expect_rollback(spec, "CUDA_ERROR_NOT_SUPPORTED");
 	snprintf(spec, sizeof(spec), "checkpoint:2:%d", FIRST_PID);
 	snprintf(needle, sizeof(needle), "checkpoint of PID %d", FIRST_PID);
@@ -273,7 +273,7 @@ static void failed_resume_rolls_back(void **state)
 	stasis_error_free(err);
 	err = NULL;
 	assert_int_equal(gpu_rollback(&b, &err), 0);
-	assert_int_equal(get_state(FIRST_PID + 1), CUDA_PROCESS_RUNNING);
+	assert_int_equal(get_state(procs[1]), CUDA_PROCESS_RUNNING);
 	gpu_batch_free(&b);
 }
 
