@@ -53,8 +53,7 @@ void runc_wrap_remove(const char *dir)
 					    "address"};
 	char path[PATH_MAX + 32];
 
-	snprintf(path, sizeof(path), "%s/" CRIU_LINK_DIR, dir);
-	runc_criu_path_done(path);
+	runc_criu_path_done(dir);
 
 	for (size_t i = 0; i < ARRAY_SIZE(names); i++) {
 		snprintf(path, sizeof(path), "%s/%s", dir, names[i]);
@@ -206,7 +205,6 @@ static int restore_instead(char **argv, int command, int argc, char *request[REQ
 {
 	char **out = calloc((size_t)argc + 16, sizeof(*out));
 	char done[PATH_MAX + 32], path[PATH_MAX + 32], bundle[PATH_MAX];
-	char link_dir[PATH_MAX + 32];
 	static char criu_path[2 * PATH_MAX]; /* in the environment: putenv */
 	static char conf_env[PATH_MAX + 64];
 	struct stasis_error *e = NULL;
@@ -241,9 +239,8 @@ static int restore_instead(char **argv, int command, int argc, char *request[REQ
 	for (size_t i = 0; i < ARRAY_SIZE(fixed); i++)
 		out[n++] = fixed[i];
 	out[n] = NULL;
-	snprintf(link_dir, sizeof(link_dir), "%s/" CRIU_LINK_DIR, request[1]);
 	made = mkdir_p(request[1]) < 0 ? -errno
-				       : runc_criu_path(link_dir, criu_path, sizeof(criu_path));
+				       : runc_criu_path(request[1], criu_path, sizeof(criu_path));
 	/* This process only runs runc: what runc's CRIU gets goes into the
 	 * environment it hands down. Without it the plugin would do the GPU
 	 * restore by itself, behind stasis's back: no restore then. */
@@ -258,7 +255,7 @@ static int restore_instead(char **argv, int command, int argc, char *request[REQ
 	if (made < 0 || e) {
 		stasis_error_free(e);
 		if (made > 0)
-			runc_criu_path_done(link_dir);
+			runc_criu_path_done(request[1]);
 		snprintf(path, sizeof(path), "%s/" REQUEST, dir);
 		unlink(path);
 		free(out);
@@ -269,7 +266,7 @@ static int restore_instead(char **argv, int command, int argc, char *request[REQ
 	r = run_with_stdio(out);
 	unlink(conf_env + strlen("CRIU_CONFIG_FILE="));
 	if (made > 0)
-		runc_criu_path_done(link_dir);
+		runc_criu_path_done(request[1]);
 	free(out);
 	snprintf(path, sizeof(path), "%s/" REQUEST, dir);
 	snprintf(done, sizeof(done), "%s/" RESTORED, dir);
@@ -317,8 +314,7 @@ int runc_wrap_main(int argc, char **argv)
 	    (strcmp(argv[command], "checkpoint") == 0 || strcmp(argv[command], "restore") == 0)) {
 		int made;
 
-		snprintf(path, sizeof(path), "%s/" CRIU_LINK_DIR, here);
-		made = runc_criu_path(path, criu_path, sizeof(criu_path));
+		made = runc_criu_path(here, criu_path, sizeof(criu_path));
 		if (made < 0) {
 			report(argv, command,
 			       "cannot put stasis's CRIU first on runc's PATH in %s: %s", here,

@@ -24,22 +24,25 @@ const char *runc_binary(void)
 	return env && *env ? env : "runc";
 }
 
-/* link_dir (a folder of root's, 0700, in a folder of root's that the
- * caller made) with link_dir/criu -> stasis's CRIU, replaced at once (a
- * rename) where it points elsewhere: runc's PATH then finds stasis's CRIU
- * under the name it looks for. 0, or -errno. */
-static int criu_link(const char *link_dir, const char *criu)
+/* The folder of runc_criu_path's link, in the caller's folder. */
+#define CRIU_LINK_DIR "criu-bin"
+
+/* owner/CRIU_LINK_DIR (root's, 0700) with a link criu -> stasis's CRIU,
+ * replaced at once (a rename) where it points elsewhere: runc's PATH then
+ * finds stasis's CRIU under the name it looks for. 0, or -errno. */
+static int criu_link(const char *owner, const char *criu)
 {
 	char target[PATH_MAX], now[PATH_MAX];
-	_cleanup_close_ int dir = -1;
+	_cleanup_close_ int up = -1, dir = -1;
 	struct stat st;
 	ssize_t n;
 
 	if (!realpath(criu, target))
 		return -errno;
-	if (mkdir(link_dir, 0700) < 0 && errno != EEXIST)
+	up = open(owner, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (up < 0 || (mkdirat(up, CRIU_LINK_DIR, 0700) < 0 && errno != EEXIST))
 		return -errno;
-	dir = open(link_dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	dir = openat(up, CRIU_LINK_DIR, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (dir < 0)
 		return -errno;
 	if (fstat(dir, &st) < 0 || st.st_uid != geteuid() || (st.st_mode & 077))
@@ -53,7 +56,7 @@ static int criu_link(const char *link_dir, const char *criu)
 	return 0;
 }
 
-int runc_criu_path(const char *link_dir, char *buf, size_t len)
+int runc_criu_path(const char *owner, char *buf, size_t len)
 {
 	char dir[PATH_MAX];
 	const char *path = getenv("PATH"), *criu = criu_binary(), *base = strrchr(criu, '/');
@@ -62,15 +65,16 @@ int runc_criu_path(const char *link_dir, char *buf, size_t len)
 	if (snprintf(dir, sizeof(dir), "%s", criu) >= (int)sizeof(dir))
 		return -ENAMETOOLONG;
 	if (strcmp(base ? base + 1 : criu, "criu") != 0) {
-		if (!link_dir || strlen(link_dir) >= sizeof(dir))
+		if (snprintf(dir, sizeof(dir), "%s/" CRIU_LINK_DIR, owner) >= (int)sizeof(dir))
 			return -ENAMETOOLONG;
-		r = criu_link(link_dir, criu);
+		r = criu_link(owner, criu);
 		if (r < 0)
 			return r;
-		snprintf(dir, sizeof(dir), "%s/criu", link_dir); /* dirname takes the link off */
 		made = 1;
+	} else {
+		dirname(dir);
 	}
-	if (snprintf(buf, len, "PATH=%s:%s", dirname(dir),
+	if (snprintf(buf, len, "PATH=%s:%s", dir,
 		     path && *path
 			 ? path
 			 : "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin") >=
@@ -79,16 +83,13 @@ int runc_criu_path(const char *link_dir, char *buf, size_t len)
 	return made;
 }
 
-void runc_criu_path_done(const char *link_dir)
+void runc_criu_path_done(const char *owner)
 {
-	char parent[PATH_MAX];
-	_cleanup_close_ int up = -1, dir = -1;
+	_cleanup_close_ int up = open(owner, O_RDONLY | O_DIRECTORY | O_CLOEXEC), dir = -1;
 	struct stat st;
 
 	/* Only a folder of root's, not a link, and what runc_criu_path put
 	 * in it. */
-	snprintf(parent, sizeof(parent), "%s", link_dir);
-	up = open(dirname(parent), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (up < 0)
 		return;
 	dir = openat(up, CRIU_LINK_DIR, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
@@ -287,7 +288,7 @@ static int run_criu_command(const char *root, const char *command, const char *c
 			    struct stasis_error **err)
 {
 	char log[PATH_MAX + 16], criu_log[PATH_MAX + 16], path[2 * PATH_MAX];
-	char conf_env[PATH_MAX + 64], link_dir[PATH_MAX + 16];
+	char conf_env[PATH_MAX + 64];
 	char *full[16], *env[] = {conf_env, NULL};
 	const char *argv[32] = {runc_binary(), "--log",	 log,	       "--log-format",
 				"json",	       "--criu", criu_binary()};
@@ -311,19 +312,18 @@ static int run_criu_command(const char *root, const char *command, const char *c
 	r = runc_criu_conf(work, settings, conf_extra, conf_env, sizeof(conf_env), err);
 	if (r < 0)
 		return r;
-	snprintf(link_dir, sizeof(link_dir), "%s/" CRIU_LINK_DIR, work);
-	made = runc_criu_path(link_dir, path, sizeof(path));
+	made = runc_criu_path(work, path, sizeof(path));
 	if (made < 0) {
 		unlink(conf_env + strlen("CRIU_CONFIG_FILE="));
 		return stasis_error_errno(err, -made,
 					  "putting stasis's CRIU first on runc's PATH (%s): %s",
-					  link_dir, strerror(-made));
+					  work, strerror(-made));
 	}
 	r = exec_run_env(argv, env_with(path, env, full), NULL);
 	/* Not left in the image folder, where work may be. */
 	unlink(conf_env + strlen("CRIU_CONFIG_FILE="));
 	if (made)
-		runc_criu_path_done(link_dir);
+		runc_criu_path_done(work);
 	return r == 0 ? 0 : runc_failure(err, command, id, log, criu_log);
 }
 

@@ -20,20 +20,17 @@ struct runc_container {
 /* $STASIS_RUNC, else "runc" on PATH. */
 const char *runc_binary(void);
 
-/* The folder of runc_criu_path's link, in a folder of root's. */
-#define CRIU_LINK_DIR "criu-bin"
-
 /* "PATH=<the folder of stasis's CRIU>:$PATH" into buf, for runc's
  * environment: runc 1.2 and later ignore --criu and run the criu of their
  * PATH. Where stasis's CRIU is not named criu (STASIS_CRIU), the folder is
- * link_dir (.../CRIU_LINK_DIR, made here in a folder of root's that the
- * caller made), with a link named criu to it. 1 where it made the link, 0
- * where none was needed, -errno where it could not: then runc would run
- * another CRIU, and must not run. */
-int runc_criu_path(const char *link_dir, char *buf, size_t len);
+ * one made here in owner (a folder of root's that the caller made), with a
+ * link named criu to it. 1 where it made the link, 0 where none was
+ * needed, -errno where it could not: then runc would run another CRIU, and
+ * must not run. */
+int runc_criu_path(const char *owner, char *buf, size_t len);
 
-/* The link and folder runc_criu_path made in link_dir, removed. */
-void runc_criu_path_done(const char *link_dir);
+/* The link and folder runc_criu_path made in owner, removed. */
+void runc_criu_path_done(const char *owner);
 
 /* runc's CRIU reads CRIU_CONFIG_FILE (before runc's own runc.conf): a
  * file of root's, work/criu.conf, with the lines of the user's own
