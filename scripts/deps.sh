@@ -7,6 +7,8 @@ set -eu
 # libfuse3, libarchive, libmount and libmnl: the image's FUSE server, a
 # container's file system diff, mount tables and sock_diag. debootstrap:
 # the root of Debian unstable that the podman tests run in (sid-root.sh).
+# patchelf: the GPU bundle's binaries find its libraries themselves
+# (gpu-bundle.sh, podman-kit.sh).
 PACKAGES="build-essential pkg-config xz-utils ca-certificates \
 libcmocka-dev libjson-c-dev libxxhash-dev libzstd-dev \
 libprotobuf-c-dev protobuf-c-compiler libprotobuf-dev protobuf-compiler \
@@ -14,7 +16,7 @@ python3-protobuf libnl-3-dev libnet1-dev libcap-dev libbsd-dev \
 libnftables-dev libgnutls28-dev uuid-dev libaio-dev iptables \
 runc containerd busybox-static clang-format criu util-linux patch \
 python3-yaml procps libfuse3-dev libarchive-dev libmount-dev libmnl-dev \
-debootstrap"
+debootstrap patchelf"
 
 missing=""
 for pkg in $PACKAGES; do

@@ -23,7 +23,9 @@ disabled_plugins = ["io.containerd.grpc.v1.cri"]
 [ttrpc]
   address = "$CTRD/state/containerd.sock.ttrpc"
 EOF
-	containerd -c "$CTRD/config.toml" >>"$CTRD/containerd.log" 2>&1 &
+	# containerd leaves a checkpoint's temporary copy in its TMPDIR.
+	mkdir -p "$CTRD/tmp"
+	TMPDIR="$CTRD/tmp" containerd -c "$CTRD/config.toml" >>"$CTRD/containerd.log" 2>&1 &
 	echo $! >"$CTRD/pid"
 	PIDS+=("$(cat "$CTRD/pid")")
 	for _ in $(seq 100); do
@@ -550,7 +552,8 @@ state = "$c/state"
   [plugins.'io.containerd.nri.v1.nri']
     disable = true
 EOT
-	containerd -c "$c/config.toml" >>"$c/containerd.log" 2>&1 &
+	mkdir -p "$c/tmp"
+	TMPDIR="$c/tmp" containerd -c "$c/config.toml" >>"$c/containerd.log" 2>&1 &
 	echo $! >"$c/pid"
 	PIDS+=("$(cat "$c/pid")")
 	CRI="$BUILD/bin/cri-client -a $c/state/containerd.sock -t 120"
