@@ -2,7 +2,8 @@
 # A private apt configuration for Debian's sid (or another suite), sourced
 # by the fetch scripts: the machine's own apt sources stay untouched, and
 # the mirror is the one the machine already uses. Sets work (a folder
-# removed at exit) and defines apt_private, apt_cache and apt_suite.
+# removed at exit) and defines apt_private, apt_cache, apt_suite and
+# apt_fetch.
 
 mirror_from_apt() {
 	# deb822 sources first, then one-line sources; skip the security archive.
@@ -46,4 +47,31 @@ apt_cache() { apt-cache $(apt_opts) "$@"; }
 apt_suite() {
 	echo "$1 [signed-by=$keyring] $mirror $2 main" >"$work/sources.list"
 	apt_private update >/dev/null
+}
+
+# apt_fetch DOWNLOADS PACKAGE UPSTREAM SUITES: PACKAGE's .deb of that
+# upstream version (any, where UPSTREAM is empty) from the first of SUITES
+# (words) that has it, into DOWNLOADS once; its path in deb. Not to be run
+# in a subshell: an exit ends the script, and the suite read
+# (apt_suite_ready) stays for the next call.
+apt_suite_ready=""
+apt_fetch() {
+	deb=$(ls "$1/$2"_"$3"*.deb 2>/dev/null | head -n1)
+	[ -n "$deb" ] && return 0
+	version=""
+	for suite in $4; do
+		[ "$apt_suite_ready" = "$suite" ] || apt_suite deb "$suite" || continue
+		apt_suite_ready=$suite
+		version=$(apt_cache madison "$2" 2>/dev/null |
+			awk -v v="$3" '{ gsub(/ /, "", $3) } v == "" || index($3, v "+") == 1 || index($3, v "-") == 1 { print $3; exit }')
+		[ -n "$version" ] && break
+	done
+	if [ -z "$version" ]; then
+		echo "$(basename "$0"): $2 $3 is not in $4" >&2
+		exit 1
+	fi
+	(cd "$work" && apt_private download "$2=$version" >/dev/null 2>&1) ||
+		{ echo "$(basename "$0"): could not download $2 $version" >&2; exit 1; }
+	mv "$work/$2"_*.deb "$1/"
+	deb=$(ls "$1/$2"_"$3"*.deb | head -n1)
 }

@@ -46,35 +46,14 @@ output=$(cd "$(dirname "$output")" && pwd)/$(basename "$output")
 # shellcheck source=apt-private.sh
 . "$here/apt-private.sh"
 
-suite_ready=""
-read_suite() {
-	[ -n "$suite_ready" ] && return 0
-	apt_suite deb "$SUITE" ||
-		{ echo "build-cri-client: could not read $SUITE's index" >&2; exit 1; }
-	suite_ready=yes
-}
-
-# fetch PACKAGE: its .deb (any version) into the downloads, once; its path
-# in deb. Not run in a subshell: an exit ends the script.
-fetch() {
-	deb=$(ls "$downloads/$1"_*.deb 2>/dev/null | tail -n1)
-	[ -n "$deb" ] && return 0
-	read_suite
-	version=$(apt_cache madison "$1" 2>/dev/null | awk -F'|' '{ gsub(/ /, "", $2); print $2; exit }')
-	if [ -z "$version" ]; then
-		echo "build-cri-client: $1 is not in $SUITE" >&2
-		exit 1
-	fi
-	(cd "$work" && apt_private download "$1=$version" >/dev/null 2>&1) ||
-		{ echo "build-cri-client: could not download $1 $version" >&2; exit 1; }
-	mv "$work/$1"_*.deb "$downloads/"
-	deb=$(ls "$downloads/$1"_*.deb | tail -n1)
-}
+# fetch PACKAGE: apt_fetch's, any version, from the suite.
+fetch() { apt_fetch "$downloads" "$1" "" "$SUITE"; }
 
 # The toolchain: the one already downloaded, or sid's golang-go's.
 go_pkg=$(cd "$downloads" && ls golang-1.*-go_*.deb 2>/dev/null | sed 's/_.*//' | sort -t. -k2,2n | tail -n1)
 if [ -z "$go_pkg" ]; then
-	read_suite
+	apt_suite deb "$SUITE" || { echo "build-cri-client: could not read $SUITE's index" >&2; exit 1; }
+	apt_suite_ready=$SUITE
 	go_pkg=$(apt_cache depends golang-go 2>/dev/null |
 		sed -n 's/^ *Depends: \(golang-1\.[0-9]*-go\)$/\1/p' | head -n1)
 	if [ -z "$go_pkg" ]; then

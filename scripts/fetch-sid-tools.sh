@@ -26,30 +26,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=apt-private.sh
 . "$here/apt-private.sh"
 
-suite_ready=""
-# fetch PACKAGE UPSTREAM: the package's .deb of that upstream version (any,
-# where UPSTREAM is empty) into the downloads, once; its path in deb. Not
-# run in a subshell: an exit ends the script, and the suite read stays.
-fetch() {
-	deb=$(ls "$downloads"/"$1"_"$2"*_amd64.deb 2>/dev/null | head -n1)
-	[ -n "$deb" ] && return 0
-	version=""
-	for suite in $SUITES; do
-		[ "$suite_ready" = "$suite" ] || apt_suite deb "$suite" || continue
-		suite_ready=$suite
-		version=$(apt_cache madison "$1" 2>/dev/null |
-			awk -v v="$2" '{ gsub(/ /, "", $3) } v == "" || index($3, v "+") == 1 || index($3, v "-") == 1 { print $3; exit }')
-		[ -n "$version" ] && break
-	done
-	if [ -z "$version" ]; then
-		echo "fetch-sid-tools: $1 $2 is not in $SUITES" >&2
-		exit 1
-	fi
-	(cd "$work" && apt_private download "$1=$version" >/dev/null) ||
-		{ echo "fetch-sid-tools: could not download $1 $version" >&2; exit 1; }
-	mv "$work"/"$1"_*.deb "$downloads/"
-	deb=$(ls "$downloads"/"$1"_"$2"*_amd64.deb | head -n1)
-}
+# fetch PACKAGE UPSTREAM: apt_fetch's, from this script's suites.
+fetch() { apt_fetch "$downloads" "$1" "$2" "$SUITES"; }
 
 # Everything fetched and unpacked first: checkpointctl, make's target, is
 # installed last.

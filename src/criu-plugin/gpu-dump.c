@@ -60,7 +60,7 @@ static int opens_gpu(pid_t pid)
 		if (n <= 0)
 			continue;
 		path[n] = '\0';
-		found = strncmp(path, plugin_dev_prefix(), strlen(plugin_dev_prefix())) == 0;
+		found = plugin_is_gpu_path(path);
 	}
 	closedir(d);
 	return found;

@@ -57,9 +57,12 @@ static void map_path(const char *path, char *out, size_t len)
  * '..'. */
 static bool device_name_ok(const char *path)
 {
-	const char *rest = path + strlen(plugin_dev_prefix());
+	const char *rest;
 
-	if (strncmp(path, plugin_dev_prefix(), strlen(plugin_dev_prefix())) != 0 || !*rest)
+	if (!plugin_is_gpu_path(path))
+		return false;
+	rest = path + strlen(plugin_dev_prefix());
+	if (!*rest)
 		return false;
 	if (strncmp(rest, CAPS_FOLDER, strlen(CAPS_FOLDER)) == 0) {
 		rest += strlen(CAPS_FOLDER);

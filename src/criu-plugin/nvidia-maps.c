@@ -34,11 +34,10 @@ int nvidia_handle_vma(int fd, const struct stat *st)
 int nvidia_update_vma_map(const char *path, uint64_t addr, uint64_t old_pgoff, uint64_t *new_pgoff,
 			  int *plugin_fd)
 {
-	const char *prefix = plugin_dev_prefix();
 	int fd;
 
 	(void)addr;
-	if (strncmp(path, prefix, strlen(prefix)) != 0)
+	if (!plugin_is_gpu_path(path))
 		return -ENOTSUP;
 	/* CRIU maps each group of adjacent mappings of one file through one
 	 * descriptor and closes it after the group's last mapping; a fresh

@@ -24,6 +24,13 @@ const char *plugin_dev_prefix(void)
 	return p && *p ? p : "/dev/nvidia";
 }
 
+int plugin_is_gpu_path(const char *path)
+{
+	const char *prefix = plugin_dev_prefix();
+
+	return strncmp(path, prefix, strlen(prefix)) == 0;
+}
+
 int plugin_fd_path(int fd, char *path, size_t len)
 {
 	char link[64];
@@ -34,7 +41,7 @@ int plugin_fd_path(int fd, char *path, size_t len)
 	if (n < 0)
 		return -errno;
 	path[n] = '\0';
-	return strncmp(path, plugin_dev_prefix(), strlen(plugin_dev_prefix())) == 0;
+	return plugin_is_gpu_path(path);
 }
 
 static int plugin_init(int stage)

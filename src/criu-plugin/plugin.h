@@ -13,11 +13,13 @@
 #include <sys/stat.h>
 #include <sys/types.h>
 
-/* "/dev/nvidia", or the tests' $STASIS_NVIDIA_DEV_PREFIX. */
 /* A setting of stasis's (STASIS_PLUGIN_SOCKET, STASIS_NVIDIA_DEV_MAP):
  * CRIU's --setting where CRIU takes settings, else the environment's. */
 const char *plugin_setting(const char *name);
+/* "/dev/nvidia", or the tests' $STASIS_NVIDIA_DEV_PREFIX. */
 const char *plugin_dev_prefix(void);
+/* Whether path names a GPU device file (lives under the prefix). */
+int plugin_is_gpu_path(const char *path);
 
 /* The file behind fd into path: 1 when it lives under the prefix, 0 when
  * not, -errno. */
