@@ -194,6 +194,8 @@ make_oci_image() {
 	d=$(mktemp -d "$TMP/oci-XXXXXX") && r="$d/rootfs" && o="$d/oci" || return 1
 	mkdir -p "$r/bin" "$r/etc" "$r/proc" "$r/sys" "$r/dev" "$r/tmp" "$r/data/sub" "$o/blobs/sha256"
 	cp "$(command -v busybox)" "$r/bin/"
+	# The pods' sandbox process (make check builds it).
+	cp "$BUILD/bin/cri-pause" "$r/bin/pause" || return 1
 	for a in sh sleep mv cat rm mkdir; do ln -sf busybox "$r/bin/$a"; done
 	echo original >"$r/etc/motd"
 	echo doomed >"$r/etc/remove-me"
@@ -512,7 +514,7 @@ test_containerd2_ctr_checkpoint() {
 cri_start() {
 	local c=$1 runtime=$2 port
 	mkdir -p "$c/cni" "$c/logs"
-	[ -s "$c/pause.tar" ] || make_oci_image "$c/pause.tar" stasis.test/pause:1 "" '["/bin/sleep","1000000"]' || return 1
+	[ -s "$c/pause.tar" ] || make_oci_image "$c/pause.tar" stasis.test/pause:1 "" '["/bin/pause"]' || return 1
 	[ -s "$c/image.tar" ] || make_oci_image "$c/image.tar" stasis.test/busybox:1 || return 1
 	python3 "$(dirname "$0")/../tools/oci-registry.py" "$c/port" "stasis/pause:1=$c/pause.tar" "stasis/busybox:1=$c/image.tar" \
 		>"$c/registry.log" 2>&1 &
@@ -579,9 +581,11 @@ cri_stop() {
 }
 
 # cri_pod DIR: a pod (host network) in DIR/pod.json, its ID on stdout.
+# Its containers' PID namespace: CRI_PID_MODE, 1 (one each, the kubelet's
+# default) or 0 (the pod's, shared: shareProcessNamespace).
 cri_pod() {
-	printf '{"metadata":{"name":"stasis-cri","namespace":"default","uid":"stasis-cri-%s","attempt":0},"log_directory":"%s","linux":{"security_context":{"namespace_options":{"network":2,"pid":1}}}}' \
-		"$$" "$1/logs" >"$1/pod.json"
+	printf '{"metadata":{"name":"stasis-cri","namespace":"default","uid":"stasis-cri-%s","attempt":0},"log_directory":"%s","linux":{"security_context":{"namespace_options":{"network":2,"pid":%s}}}}' \
+		"$$" "$1/logs" "${CRI_PID_MODE:-1}" >"$1/pod.json"
 	$CRI runp "$1/pod.json"
 }
 
@@ -595,12 +599,12 @@ cri_counter() {
 	PATH="$c/criu-bin:$BUILD/sid/bin:$PATH" cri_start "$c" "$(command -v runc)" || { cri_stop "$c"; return 1; }
 	pod=$(cri_pod "$c") || { fail "RunPodSandbox failed"; cri_stop "$c"; return 1; }
 	$CRI pull "$CRI_REG/stasis/busybox:1" >/dev/null || { fail "pull failed"; cri_stop "$c"; return 1; }
-	python3 - "$c/ctr.json" "$CRI_REG/stasis/busybox:1" "$IMAGE_SCRIPT" "$labels" <<'PY'
+	python3 - "$c/ctr.json" "$CRI_REG/stasis/busybox:1" "$IMAGE_SCRIPT" "$labels" "${CRI_PID_MODE:-1}" <<'PY'
 import json, sys
 json.dump({"metadata": {"name": "counter"}, "image": {"image": sys.argv[2]},
            "command": ["/bin/sh", "-c", sys.argv[3]], "log_path": "counter.log",
            "labels": json.loads(sys.argv[4]),
-           "linux": {"security_context": {"namespace_options": {"network": 2, "pid": 1}}}},
+           "linux": {"security_context": {"namespace_options": {"network": 2, "pid": int(sys.argv[5])}}}},
           open(sys.argv[1], "w"))
 PY
 	cid=$($CRI create "$pod" "$c/ctr.json" "$c/pod.json") && $CRI start "$cid" >/dev/null ||
@@ -661,6 +665,26 @@ test_containerd2_cri_checkpoint() {
 	: >"$c/criu-calls"
 	cri_restore_counter "$c" "$c/checkpoint.tar" || return 1
 	[ -s "$c/criu-calls" ] || { fail "the restore ran no criu of PATH's"; cri_stop "$c"; return 1; }
+	cri_stop "$c"
+}
+
+# The same in a pod whose containers share its PID namespace
+# (shareProcessNamespace): the sandbox's pause is PID 1 there and reaps the
+# orphans of the container's stop (a zombie would keep the container's
+# session number, which its restore gives its first process again), and
+# the container restores into that namespace.
+test_containerd2_cri_shared_pid_namespace() {
+	local bin="$BUILD/sid/bin" c="$TMP/cri-shared" pod cid rid rpid
+	local CTRD="$TMP/cri-shared" CRI_PID_MODE=0 # ctrd_rootfs, cri_pod
+	[ -x "$bin/containerd" ] && [ -x "$BUILD/bin/cri-client" ] || { fail "no containerd 2.1 or CRI client in $BUILD (make check makes them)"; return 1; }
+	cri_counter "$c" || return 1
+	$CRI checkpoint "$cid" "$c/checkpoint.tar" >/dev/null ||
+		{ fail "CheckpointContainer failed: $(grep -i error "$c/containerd.log" | tail -2)"; cri_stop "$c"; return 1; }
+	$CRI stop "$cid" 0 >/dev/null && $CRI rm "$cid" >/dev/null || { fail "the container would not go"; cri_stop "$c"; return 1; }
+	cri_restore_counter "$c" "$c/checkpoint.tar" || return 1
+	rpid=$($CRI inspect "$rid" | sed -n 's/^info: //p' | python3 -c 'import json, sys; print(json.load(sys.stdin)["pid"])')
+	set -- $(grep NSpid "/proc/$rpid/status")
+	[ $# -ge 3 ] && [ "$3" != 1 ] || { fail "the restored container is not in the pod's PID namespace: $*"; cri_stop "$c"; return 1; }
 	cri_stop "$c"
 }
 
