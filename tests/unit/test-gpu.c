@@ -28,7 +28,6 @@
  * from a frozen one, so the tests' processes must exist. */
 #define NPROCS 5
 static pid_t procs[NPROCS];
-#define FIRST_PID procs[0]
 static char fake_dir[64];
 
 /* A child that waits to be killed; gone with the test, even when it
@@ -139,12 +138,12 @@ static void copy_progress(void **state)
 
 static void find_only_cuda(void **state)
 {
-	pid_t pids[] = {FIRST_PID, procs[4], procs[1]};
+	pid_t pids[] = {procs[0], procs[4], procs[1]};
 	struct gpu_batch b = {0};
 	struct stasis_error *err = NULL;
 
 	(void)state;
-	set_state(FIRST_PID, 0);
+	set_state(procs[0], 0);
 	set_state(procs[1], 1);
 	assert_int_equal(gpu_find_cuda(pids, 3, &b, &err), 0);
 	assert_int_equal(b.n, 2);
@@ -184,8 +183,8 @@ static void rollback_paths(void **state)
 	expect_rollback(spec, "CUDA_ERROR_TIMEOUT");
 	snprintf(spec, sizeof(spec), "checkpoint:801:%d", procs[3]);
 	expect_rollback(spec, "CUDA_ERROR_NOT_SUPPORTED");
-	snprintf(spec, sizeof(spec), "checkpoint:2:%d", FIRST_PID);
-	snprintf(needle, sizeof(needle), "checkpoint of PID %d", FIRST_PID);
+	snprintf(spec, sizeof(spec), "checkpoint:2:%d", procs[0]);
+	snprintf(needle, sizeof(needle), "checkpoint of PID %d", procs[0]);
 	expect_rollback(spec, needle);
 }
 
@@ -199,7 +198,7 @@ static void managed_memory_hint(void **state)
 	make_batch(&b, 1);
 	assert_true(gpu_suspend(&b, &err) < 0);
 	assert_non_null(strstr(err->hint, "managed"));
-	assert_int_equal(get_state(FIRST_PID), CUDA_PROCESS_RUNNING);
+	assert_int_equal(get_state(procs[0]), CUDA_PROCESS_RUNNING);
 	stasis_error_free(err);
 	gpu_batch_free(&b);
 }
@@ -269,7 +268,7 @@ static void failed_resume_rolls_back(void **state)
 	snprintf(needle, sizeof(needle), "could not return PID %d (locked)", procs[1]);
 	assert_non_null(err->hint);
 	assert_non_null(strstr(err->hint, needle));
-	assert_int_equal(get_state(FIRST_PID), CUDA_PROCESS_RUNNING);
+	assert_int_equal(get_state(procs[0]), CUDA_PROCESS_RUNNING);
 	stasis_error_free(err);
 	err = NULL;
 	assert_int_equal(gpu_rollback(&b, &err), 0);
